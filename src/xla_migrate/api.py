@@ -1,0 +1,153 @@
+"""The library entry points: ``migrate`` (source in, result out) and ``migrate_file``.
+
+Neither raises on bad user input: a syntax error, undecodable bytes or an unknown target come back as a
+result whose ``error`` says what is wrong (line and column where there is one).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from . import engine, registry
+from .diff import DiffStats, diff_stats, unified_diff
+from .records import Change, Finding, InputError
+from .targets import DEFAULT_TARGET, Version, describe_releases, get_target, parse_version, release_fits, runs_on
+
+
+@dataclass
+class MigrationResult:
+    source: str
+    code: str
+    target: str
+    path: str = "script.py"
+    out_path: str | None = None
+    changes: list[Change] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    error: InputError | None = None
+    # The torch_xla releases the output runs on, [low, high), from the target spellings it uses.
+    releases: tuple[Version, Version | None] = ((1, 13), None)
+    encoding: str = "utf-8"
+    output_bytes: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def changed(self) -> bool:
+        return self.ok and self.code != self.source
+
+    @cached_property
+    def diff(self) -> str:
+        if not self.changed:
+            return ""
+        return unified_diff(self.source, self.code, self.path, self.out_path or self.path)
+
+    @property
+    def diff_stats(self) -> DiffStats:
+        return diff_stats(self.diff)
+
+    @property
+    def runs_on(self) -> str:
+        return describe_releases(*self.releases)
+
+    def release_warning(self, installed: str | None) -> str | None:
+        """A one-line warning when the torch_xla installed here cannot run this output, else None."""
+        if installed is None or not self.changed:
+            return None
+        version = parse_version(installed)
+        if release_fits(version, *self.releases):
+            return None
+        from .targets import target_for_release
+
+        better = target_for_release(version)
+        advice = f"; use --target {better.name}" if better is not None and better.name != self.target else ""
+        return (f"warning: torch_xla {installed} is installed here, but the {self.target} target's output "
+                f"needs {self.runs_on}{advice}")
+
+    # Notebook display --------------------------------------------------------------------------------------
+    def _summary_line(self) -> str:
+        if self.error is not None:
+            return f"error: {self.error.format(self.path)}"
+        return (f"target {self.target} (output runs on {self.runs_on}): {len(self.changes)} changes, "
+                f"{len(self.findings)} findings need a human")
+
+    def _repr_html_(self) -> str:
+        parts = [f"<p><b>xla-migrate</b> {html.escape(self._summary_line())}</p>"]
+        if self.diff:
+            colours = {"+": "#1a7f37", "-": "#cf222e", "@": "#8250df"}
+            rows = []
+            for line in self.diff.splitlines():
+                colour = colours.get(line[:1], "inherit")
+                if line.startswith(("+++", "---")):
+                    colour = "inherit"
+                rows.append(f'<span style="color:{colour}">{html.escape(line)}</span>')
+            parts.append('<pre style="font-size:90%">' + "\n".join(rows) + "</pre>")
+        for title, items in (("Changes", self.changes), ("Needs a human", self.findings)):
+            if items:
+                entries = "".join(
+                    f"<li><code>{i.code}</code> line {i.line}: {html.escape(i.message)}"
+                    + (f" &mdash; <i>{html.escape(i.fix)}</i>" if getattr(i, "fix", "") else "")
+                    + "</li>"
+                    for i in items
+                )
+                parts.append(f"<p><b>{title}</b></p><ul>{entries}</ul>")
+        return "\n".join(parts)
+
+    def __str__(self) -> str:
+        return self.code if self.ok else self._summary_line()
+
+
+def migrate(
+    source: str | bytes,
+    target: str = DEFAULT_TARGET,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    path: str = "script.py",
+    out_path: str | None = None,
+) -> MigrationResult:
+    """Migrate one script's source. Bytes keep the file's encoding, BOM and line endings exactly."""
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    text = source if isinstance(source, str) else ""
+    result = MigrationResult(source=text, code=text, target=target, path=path, out_path=out_path,
+                             output_bytes=data)
+    try:
+        target_spec = get_target(target)
+    except ValueError as error:
+        result.error = InputError(str(error))
+        return result
+    result.target = target_spec.name
+    module = engine.parse(data)
+    if isinstance(module, InputError):
+        result.error = module
+        return result
+    result.source = result.code = module.code
+    result.encoding = module.encoding
+    output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore))
+    result.code = output.code
+    result.output_bytes = output.output_bytes
+    result.changes = output.changes
+    result.findings = output.findings
+    result.releases = runs_on(target_spec, output.concepts) if output.concepts else runs_on(
+        target_spec, set(target_spec.spellings))
+    return result
+
+
+def migrate_file(path: str | os.PathLike, out: str | os.PathLike | None = None, **options) -> MigrationResult:
+    """Migrate a file; write the output to ``out`` (atomically) when given. Read errors become ``error``."""
+    source_path = Path(path)
+    try:
+        data = source_path.read_bytes()
+    except OSError as error:
+        return MigrationResult(source="", code="", target=options.get("target", DEFAULT_TARGET), path=str(path),
+                               error=InputError(f"cannot read: {error.strerror or error}"))
+    result = migrate(data, path=str(path), out_path=str(out) if out is not None else None, **options)
+    if out is not None and result.ok:
+        from .files import write_atomically
+
+        write_atomically(Path(out), result.output_bytes, mode_from=source_path)
+    return result

@@ -1,0 +1,100 @@
+"""Applies every recorded edit in one transform of the tree.
+
+Replacements are functions of the updated node, so an edit inside another edit's subtree survives. The two
+cases that cannot compose (two replacements of one node; a fixed replacement over a subtree another edit
+changed) are overlaps: the later edit is not applied, its change record is withdrawn, and it is reported as
+a finding so a person applies it by hand. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from .context import Edits, FixedReplacement, MigrationContext
+from .records import Change, Finding
+
+_BLOCKS = (cst.Module, cst.IndentedBlock)
+
+
+class EditApplier(cst.CSTTransformer):
+    def __init__(self, ctx: MigrationContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.edits: Edits = ctx.edits
+        # One flag per open node: did anything below it change?
+        self._changed_below: list[bool] = [False]
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self._changed_below.append(False)
+        return True
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        changed = self._changed_below.pop()
+        result = updated
+        replacements = self.edits.replace.get(original)
+        if replacements:
+            (change, factory), *others = replacements
+            for other, _ in others:
+                self._overlap(other, change)
+            if isinstance(factory, FixedReplacement) and changed:
+                self._overlap(change, None)
+            else:
+                result = factory(updated)
+                changed = True
+        if isinstance(original, cst.SimpleStatementLine):
+            kept = [s for o, s in zip(original.body, result.body) if o not in self.edits.remove]
+            if not kept:
+                self.edits.remove.add(original)
+            elif len(kept) != len(result.body):
+                result = result.with_changes(body=kept)
+                changed = True
+        if isinstance(original, _BLOCKS):
+            result, body_changed = self._rebuild_block(original, result)
+            changed = changed or body_changed
+        self._changed_below[-1] = self._changed_below[-1] or changed
+        return result
+
+    def _rebuild_block(self, original: cst.Module | cst.IndentedBlock, updated):
+        body: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []
+        changed = False
+        for old, new in zip(original.body, updated.body):
+            for inserted in self.edits.before.get(old, ()):
+                body.extend(inserted)
+                changed = True
+            if old in self.edits.remove:
+                carried.extend(new.leading_lines)
+                changed = True
+            else:
+                if carried:
+                    new = new.with_changes(leading_lines=[*carried, *new.leading_lines])
+                    carried = []
+                body.append(new)
+            for inserted in self.edits.after.get(old, ()):
+                body.extend(inserted)
+                changed = True
+        if not changed:
+            return updated, False
+        if isinstance(updated, cst.IndentedBlock) and not body:
+            body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
+            carried = []
+        result = updated.with_changes(body=body)
+        if carried:
+            result = result.with_changes(footer=[*carried, *updated.footer])
+        return result, True
+
+    def _overlap(self, change: Change, winner: Change | None) -> None:
+        if change in self.ctx.changes:
+            self.ctx.changes.remove(change)
+        other = f" by {winner.code}" if winner is not None else " inside it"
+        self.ctx.findings.append(Finding(
+            change.line, change.column, change.code,
+            f"not applied: overlaps another edit{other}: {change.message}",
+            "apply this change by hand",
+        ))
+
+
+def apply_edits(ctx: MigrationContext) -> cst.Module:
+    if not ctx.edits:
+        return ctx.module
+    return ctx.module.visit(EditApplier(ctx))

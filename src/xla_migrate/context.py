@@ -1,0 +1,227 @@
+"""What every rule sees while the batched traversal runs: metadata, facts, the target, and the edit log.
+
+Edits are recorded against ORIGINAL nodes and applied afterwards in one pass (see ``apply.py``), so rules
+never see each other's output and one traversal serves them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import CodeRange, ParentNodeProvider, PositionProvider, QualifiedNameProvider, Scope, ScopeProvider
+from libcst.metadata.base_provider import LazyValue
+from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope
+
+from . import patterns
+from .facts import Facts, collect_facts
+from .records import Change, Finding
+from .targets import MODULE_PLACEHOLDERS, Target
+
+NodeFactory = Callable[[cst.CSTNode], cst.CSTNode]
+Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+
+
+class FixedReplacement:
+    """A replacement that ignores the updated node; the applier refuses it over a subtree that another
+    edit changed, since applying it would silently drop that edit."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        self.node = node
+
+    def __call__(self, updated: cst.CSTNode) -> cst.CSTNode:
+        return self.node
+
+
+@dataclass
+class Edits:
+    """Edits keyed by original nodes. Each entry keeps the change record it was reported with, so an edit
+    that cannot be applied (an overlap) can be taken back out of the report and turned into a finding."""
+
+    # node -> [(change, factory(updated_node) -> new node)]
+    replace: dict[cst.CSTNode, list[tuple[Change, NodeFactory]]] = field(default_factory=dict)
+    before: dict[cst.CSTNode, list[list[cst.BaseStatement]]] = field(default_factory=dict)
+    after: dict[cst.CSTNode, list[list[cst.BaseStatement]]] = field(default_factory=dict)
+    remove: set[cst.CSTNode] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.replace or self.before or self.after or self.remove)
+
+
+class MigrationContext:
+    def __init__(self, wrapper: cst.MetadataWrapper, target: Target) -> None:
+        self.module = wrapper.module
+        self.target = target
+        resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ScopeProvider, ParentNodeProvider])
+        self._positions = resolved[PositionProvider]
+        self._qualnames = resolved[QualifiedNameProvider]
+        self.scopes: dict[cst.CSTNode, Scope] = resolved[ScopeProvider]
+        self._parents = resolved[ParentNodeProvider]
+        self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
+        self.edits = Edits()
+        self.changes: list[Change] = []
+        self.findings: list[Finding] = []
+        # (module, alias or None) the output needs; added once after all edits.
+        self.imports: set[tuple[str, str | None]] = set()
+        # (module, name or None) whose import may have become dead; removed only if nothing uses it any more.
+        self.maybe_dead_imports: set[tuple[str, str | None]] = set()
+        # Target concepts the output uses: they decide which torch_xla releases it runs on.
+        self.concepts: set[str] = set()
+        # Scope -> name of the device variable this run bound there (so it is bound once per scope).
+        self._bound_devices: dict[Scope, str] = {}
+
+    # Metadata --------------------------------------------------------------------------------------------
+    def qualnames(self, node: cst.CSTNode) -> set[str]:
+        value = self._qualnames.get(node)
+        if isinstance(value, LazyValue):
+            value = value()
+        return {q.name for q in value} if value else set()
+
+    def is_call_to(self, node: cst.CSTNode, *names: str) -> bool:
+        return isinstance(node, cst.Call) and bool(self.qualnames(node.func) & set(names))
+
+    def position(self, node: cst.CSTNode) -> tuple[int, int]:
+        code_range: CodeRange | None = self._positions.get(node)
+        if code_range is None:
+            return 0, 0
+        return code_range.start.line, code_range.start.column + 1
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def enclosing_statement(self, node: cst.CSTNode) -> Statement | None:
+        """The statement (in a block or the module) that holds ``node``; None inside a one-line suite
+        (``if x: y()``), where no statement can be inserted beside it."""
+        current: cst.CSTNode | None = node
+        while current is not None:
+            parent = self.parent(current)
+            if isinstance(current, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return current
+            if isinstance(current, cst.SimpleStatementSuite):
+                return None
+            current = parent
+        return None
+
+    def function_scope(self, node: cst.CSTNode) -> Scope | None:
+        """The function or module scope whose locals ``node`` sees (comprehensions and lambdas skipped)."""
+        scope = self.scopes.get(node)
+        while isinstance(scope, ComprehensionScope) or (
+            isinstance(scope, FunctionScope) and isinstance(scope.node, cst.Lambda)
+        ):
+            scope = scope.parent
+        return scope
+
+    def visible_scopes(self, node: cst.CSTNode) -> list[Scope]:
+        """Innermost first: the scopes a name used at ``node`` can resolve in (class bodies excluded)."""
+        scopes: list[Scope] = []
+        scope = self.scopes.get(node)
+        while scope is not None:
+            if not isinstance(scope, ClassScope):
+                scopes.append(scope)
+            if isinstance(scope, GlobalScope):
+                break
+            scope = scope.parent
+        return scopes
+
+    # Spelling the target's API ---------------------------------------------------------------------------
+    def local_name(self, module: str, alias: str) -> str:
+        """The script's name for ``module``, adding ``import module as alias`` when it has none."""
+        existing = self.facts.module_aliases.get(module)
+        if existing is not None:
+            return existing
+        self.imports.add((module, None if alias == module else alias))
+        return alias
+
+    def spell(self, concept: str, *args: str) -> str:
+        """Code for a target concept, e.g. ``spell("optimizer_step", "opt")`` -> ``xm.optimizer_step(opt)``."""
+        template = self.target.spelling(concept).template
+        self.concepts.add(concept)
+        names = {
+            placeholder: self.local_name(module, alias)
+            for placeholder, (module, alias) in MODULE_PLACEHOLDERS.items()
+            if "{" + placeholder + "}" in template
+        }
+        return template.format(*args, **names)
+
+    def spell_expression(self, concept: str, *args: str) -> cst.BaseExpression:
+        return cst.parse_expression(self.spell(concept, *args))
+
+    def statement(self, code: str) -> cst.SimpleStatementLine:
+        parsed = cst.parse_statement(code, config=self.module.config_for_parsing)
+        assert isinstance(parsed, cst.SimpleStatementLine)
+        return parsed
+
+    # The device, as code a rule can use at a node ----------------------------------------------------------
+    def device_reference(self, node: cst.CSTNode, code: str) -> str:
+        """A name holding the XLA device where ``node`` is: the script's device variable when one is
+        visible (``device``, a ``device`` parameter, ``self.device``), else ``device = <target device>``
+        bound once at the top of the enclosing function (or after the imports), recorded under ``code``."""
+        own_scope = self.function_scope(node)
+        for scope in self.visible_scopes(node):
+            names = self.facts.device_names.get(scope, set()) | (
+                {self._bound_devices[scope]} if scope in self._bound_devices else set())
+            if names:
+                return "device" if "device" in names else sorted(names)[0]
+            # In a method, the instance's device comes before any module-level one.
+            attribute = self._self_device_attribute(node) if scope is own_scope else None
+            if attribute is not None:
+                return attribute
+        scope = self.function_scope(node)
+        anchor = self._binding_anchor(scope) if scope is not None else None
+        if scope is None or anchor is None:
+            return self.spell("device")
+        name = "device"
+        while name in scope:
+            name = "xla_" + name
+        self._bound_devices[scope] = name
+        statement = self.statement(f"{name} = {self.spell('device')}")
+        where, anchor_statement = anchor
+        target_list = self.edits.after if where == "after" else self.edits.before
+        target_list.setdefault(anchor_statement, []).append([statement])
+        self.record_change(code, anchor_statement, f"bound the XLA device once: {name} = {self.spell('device')}")
+        return name
+
+    def _self_device_attribute(self, node: cst.CSTNode) -> str | None:
+        scope = self.function_scope(node)
+        if not isinstance(scope, FunctionScope) or not isinstance(scope.node, cst.FunctionDef):
+            return None
+        params = scope.node.params.params
+        if not params or not isinstance(scope.parent, ClassScope):
+            return None
+        attribute = self.facts.class_device_attrs.get(scope.parent.node)
+        return f"{params[0].name.value}.{attribute}" if attribute else None
+
+    def _binding_anchor(self, scope: Scope) -> tuple[str, Statement] | None:
+        """Where a scope's device binding goes: before its first statement (after a docstring or the
+        module's imports). None for one-line function bodies, which have no room for it."""
+        if isinstance(scope, GlobalScope):
+            body = list(self.module.body)
+            for statement in body:
+                if not (patterns.is_docstring(statement) or patterns.is_import_line(statement)):
+                    return "before", statement
+            return ("after", body[-1]) if body else None
+        if isinstance(scope, FunctionScope) and isinstance(scope.node, cst.FunctionDef):
+            block = scope.node.body
+            if not isinstance(block, cst.IndentedBlock):
+                return None
+            first = block.body[0]
+            if patterns.is_docstring(first):
+                return "after", first
+            return "before", first
+        return None
+
+    # Recording -------------------------------------------------------------------------------------------
+    def record_change(self, code: str, node: cst.CSTNode, message: str) -> Change:
+        line, column = self.position(node)
+        change = Change(line, column, code, message)
+        self.changes.append(change)
+        return change
+
+    def record_finding(self, code: str, node: cst.CSTNode, message: str, fix: str = "") -> None:
+        line, column = self.position(node)
+        self.findings.append(Finding(line, column, code, message, fix))
+
+    def code_for(self, node: cst.CSTNode) -> str:
+        return patterns.code_of(node)
+

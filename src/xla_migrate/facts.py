@@ -1,0 +1,191 @@
+"""The facts pass: one read-only walk that tells the rules what the script holds.
+
+Rules match meanings, not spellings: names are resolved through imports and aliases (``import torch as T``,
+``from torch import cuda``) with libcst's QualifiedNameProvider, resolved once for the whole pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import Scope
+
+from . import patterns
+
+QualNames = Callable[[cst.CSTNode], set[str]]
+
+OPTIMIZER_MODULES = ("torch.optim.", "torch_xla.amp.syncfree.")
+# Names under torch.optim that are not optimizers.
+NOT_OPTIMIZERS = ("lr_scheduler", "swa_utils", "Optimizer")
+DATALOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+GRAD_SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler",
+                "torch.amp.grad_scaler.GradScaler", "torch_xla.amp.GradScaler")
+AUTOCASTS = ("torch.cuda.amp.autocast", "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast_mode.autocast",
+             "torch_xla.amp.autocast")
+XLA_DEVICES = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
+
+
+def is_cuda_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
+    """A CUDA device as a script spells it: ``torch.device("cuda")``, ``"cuda:0"``, ``f"cuda:{rank}"``,
+    ``torch.device("cuda", i)``, ``"cuda" if torch.cuda.is_available() else "cpu"`` or its ``torch.device``."""
+    if patterns.is_cuda_string(node):
+        return True
+    if isinstance(node, cst.IfExp):
+        return is_cuda_device_expr(node.body, qualnames)
+    if isinstance(node, cst.Call) and "torch.device" in qualnames(node.func):
+        args = patterns.positional(node)
+        type_arg = patterns.keyword(node, "type")
+        first = args[0].value if args else (type_arg.value if type_arg else None)
+        return first is not None and is_cuda_device_expr(first, qualnames)
+    return False
+
+
+def is_xla_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
+    return isinstance(node, cst.Call) and bool(qualnames(node.func) & set(XLA_DEVICES))
+
+
+@dataclass
+class Facts:
+    # Module -> the local name the script binds it to (``torch`` -> ``T`` after ``import torch as T``).
+    module_aliases: dict[str, str] = field(default_factory=dict)
+    # Every name bound at module level (new names must not collide with them).
+    global_names: set[str] = field(default_factory=set)
+    # Names that hold a device, per scope (assigned from a device expression, or a parameter named device).
+    device_names: dict[Scope, set[str]] = field(default_factory=dict)
+    # Class -> attribute of self holding its device (``self.device = torch.device("cuda")``).
+    class_device_attrs: dict[cst.ClassDef, str] = field(default_factory=dict)
+    # Spellings (``optimizer``, ``self.opt``) bound to optimizers, GradScalers, DataLoaders.
+    optimizers: set[str] = field(default_factory=set)
+    scalers: set[str] = field(default_factory=set)
+    loaders: set[str] = field(default_factory=set)
+    # Innermost loops that run a backward pass: the training loops.
+    training_loops: list[cst.For | cst.While] = field(default_factory=list)
+    uses_amp: bool = False
+    main_function: cst.FunctionDef | None = None
+    main_guard: cst.If | None = None
+
+
+class FactsCollector(cst.CSTVisitor):
+    def __init__(self, qualnames: QualNames, scopes: dict[cst.CSTNode, Scope]) -> None:
+        super().__init__()
+        self.facts = Facts()
+        self._qualnames = qualnames
+        self._scopes = scopes
+        self._loops: list[cst.For | cst.While] = []
+        self._function_depth = 0
+        self._classes: list[cst.ClassDef] = []
+
+    # Imports ---------------------------------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            module = patterns.dotted_name(alias.name)
+            if module is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.facts.module_aliases.setdefault(module, alias.asname.name.value)
+            else:
+                top = module.split(".")[0]
+                self.facts.module_aliases.setdefault(top, top)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        base = patterns.dotted_name(node.module)
+        for alias in node.names:
+            local = alias.evaluated_alias or alias.evaluated_name
+            self.facts.module_aliases.setdefault(f"{base}.{alias.evaluated_name}", local)
+
+    # Scopes and definitions --------------------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        scope = self._scopes.get(node)
+        if scope is not None:
+            self.facts.global_names = {a.name for a in scope.assignments}
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._function_depth == 0 and not self._classes and node.name.value == "main":
+            self.facts.main_function = node
+        self._function_depth += 1
+        scope = self._scopes.get(node.body)
+        for param in [*node.params.params, *node.params.kwonly_params, *node.params.posonly_params]:
+            if param.name.value == "device" and scope is not None:
+                self.facts.device_names.setdefault(scope, set()).add("device")
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._function_depth -= 1
+
+    def visit_If(self, node: cst.If) -> None:
+        test = node.test
+        if (self._function_depth == 0 and isinstance(test, cst.Comparison)
+                and patterns.dotted_name(test.left) == "__name__"
+                and any(patterns.string_value(c.comparator) == "__main__" for c in test.comparisons)):
+            self.facts.main_guard = node
+
+    # Loops -------------------------------------------------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        self._loops.append(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._loops.append(node)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._loops.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self._qualnames(node.func)
+        if names & set(AUTOCASTS) or names & set(GRAD_SCALERS):
+            self.facts.uses_amp = True
+        if patterns.method_call(node, "backward") and self._loops:
+            loop = self._loops[-1]
+            if loop not in self.facts.training_loops:
+                self.facts.training_loops.append(loop)
+
+    # Bindings ----------------------------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value)
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        spelling = patterns.dotted_name(target)
+        if spelling is None:
+            return
+        if is_cuda_device_expr(value, self._qualnames) or is_xla_device_expr(value, self._qualnames):
+            self._bind_device(target)
+        if not isinstance(value, cst.Call):
+            return
+        names = self._qualnames(value.func)
+        if any(n.startswith(OPTIMIZER_MODULES) and not any(x in n for x in NOT_OPTIMIZERS) for n in names):
+            self.facts.optimizers.add(spelling)
+        elif names & set(GRAD_SCALERS):
+            self.facts.scalers.add(spelling)
+        elif names & set(DATALOADERS):
+            self.facts.loaders.add(spelling)
+
+    def _bind_device(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            scope = self._scopes.get(target)
+            if scope is not None:
+                self.facts.device_names.setdefault(scope, set()).add(target.value)
+        elif (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                and target.value.value == "self" and self._classes):
+            self.facts.class_device_attrs.setdefault(self._classes[-1], target.attr.value)
+
+
+def collect_facts(module: cst.Module, qualnames: QualNames, scopes: dict[cst.CSTNode, Scope]) -> Facts:
+    collector = FactsCollector(qualnames, scopes)
+    module.visit(collector)
+    return collector.facts

@@ -1,0 +1,87 @@
+"""Small syntactic matchers the facts pass and the rules share (no state, no metadata)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The value of a plain (non-f, non-bytes) string literal, else None."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.ConcatenatedString):
+        left, right = string_value(node.left), string_value(node.right)
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+def is_cuda_string(node: cst.BaseExpression) -> bool:
+    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``."""
+    value = string_value(node)
+    if value is not None:
+        return value == "cuda" or value.startswith("cuda:")
+    if isinstance(node, cst.FormattedString) and node.parts:
+        first = node.parts[0]
+        if isinstance(first, cst.FormattedStringText):
+            text = first.value
+            return text == "cuda" or text.startswith("cuda:")
+    return False
+
+
+def call_name(node: cst.CSTNode) -> str | None:
+    """The dotted spelling of a call's function as written (``torch.cuda.synchronize``), else None."""
+    if isinstance(node, cst.Call):
+        return dotted_name(node.func)
+    return None
+
+
+def dotted_name(node: cst.CSTNode) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted_name(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def method_call(node: cst.CSTNode, *names: str) -> cst.Attribute | None:
+    """The ``obj.method`` attribute when ``node`` is ``obj.method(...)`` for one of ``names``."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if node.func.attr.value in names:
+            return node.func
+    return None
+
+
+def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def positional(call: cst.Call) -> list[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def without_trailing_comma(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Args with the last one's comma removed, so a shortened call does not end in ``, )``."""
+    if not args:
+        return args
+    return [*args[:-1], args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def is_docstring(statement: cst.CSTNode) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)

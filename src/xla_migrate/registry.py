@@ -1,0 +1,48 @@
+"""Finds the rules: every ``Rule`` subclass defined in a module of the ``xla_migrate.transforms`` package.
+
+Registration is automatic (drop a file in ``transforms/``); a test asserts codes and names are unique.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+
+from .rule import Rule
+
+
+@lru_cache(maxsize=1)
+def all_rules() -> tuple[type[Rule], ...]:
+    from . import transforms
+
+    rules: list[type[Rule]] = []
+    for info in pkgutil.iter_modules(transforms.__path__):
+        module = importlib.import_module(f"{transforms.__name__}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Rule) and value is not Rule and value.__module__ == module.__name__:
+                rules.append(value)
+    return tuple(sorted(rules, key=lambda r: r.code))
+
+
+def _matches(code: str, selectors: list[str]) -> bool:
+    return any(code.startswith(s.strip().upper()) for s in selectors if s.strip())
+
+
+def select_rules(target: str, select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
+    """Rules for ``target``, narrowed by code or code prefix (``XLA1``, ``XLA101``) as ruff does."""
+    chosen = []
+    for rule in all_rules():
+        if target not in rule.targets:
+            continue
+        if select and not _matches(rule.code, select):
+            continue
+        if ignore and _matches(rule.code, ignore):
+            continue
+        chosen.append(rule)
+    return chosen
+
+
+def unknown_selectors(selectors: list[str]) -> list[str]:
+    codes = [r.code for r in all_rules()]
+    return [s for s in selectors if s.strip() and not any(c.startswith(s.strip().upper()) for c in codes)]

@@ -1,0 +1,62 @@
+"""The rule contract. One rule = one file under ``transforms/`` with one subclass of ``Rule``.
+
+A rule is a libcst ``BatchableCSTVisitor``: all rules run together in one traversal. It never mutates the
+tree; it records edits against the original nodes through the helpers below, each with a change message,
+and records findings for what a human must do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar, Literal
+
+import libcst as cst
+from libcst import BatchableCSTVisitor
+
+from .context import FixedReplacement, MigrationContext, Statement
+
+FixSafety = Literal["safe", "review"]
+ALL_TARGETS: tuple[str, ...] = ("sagemaker", "2.9")
+
+
+class Rule(BatchableCSTVisitor):
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    # "review": the rewrite can change behaviour in ways a person should look at (ruff's fix safety).
+    fix_safety: ClassVar[FixSafety] = "safe"
+    targets: ClassVar[tuple[str, ...]] = ALL_TARGETS
+
+    def __init__(self, ctx: MigrationContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+
+    # Edits -------------------------------------------------------------------------------------------------
+    def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode],
+                message: str) -> None:
+        """Replace ``node``. Pass a function of the updated node to keep edits other rules make inside it;
+        a fixed node over a subtree another rule also edited is reported as an overlap, not applied."""
+        factory = new if callable(new) else FixedReplacement(new)
+        change = self.ctx.record_change(self.code, node, message)
+        self.ctx.edits.replace.setdefault(node, []).append((change, factory))
+
+    def insert_before(self, statement: Statement, new: list[cst.BaseStatement], message: str) -> None:
+        self.ctx.edits.before.setdefault(statement, []).append(new)
+        self.ctx.record_change(self.code, statement, message)
+
+    def insert_after(self, statement: Statement, new: list[cst.BaseStatement], message: str) -> None:
+        self.ctx.edits.after.setdefault(statement, []).append(new)
+        self.ctx.record_change(self.code, statement, message)
+
+    def remove(self, node: Statement | cst.BaseSmallStatement, message: str) -> None:
+        """Remove a statement; its leading comments and blank lines move to the next statement."""
+        self.ctx.edits.remove.add(node)
+        self.ctx.record_change(self.code, node, message)
+
+    def finding(self, node: cst.CSTNode, message: str, fix: str = "") -> None:
+        self.ctx.record_finding(self.code, node, message, fix)
+
+    def import_may_be_dead(self, module: str, name: str | None = None) -> None:
+        """After this rule's edits, ``import module`` / ``from module import name`` may be unused."""
+        self.ctx.maybe_dead_imports.add((module, name))
+

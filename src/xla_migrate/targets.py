@@ -1,0 +1,156 @@
+"""The target table: how each concept is spelled in each torch_xla API generation.
+
+Rules never hard-code a torch_xla spelling; they ask for a concept (``ctx.spell("device")``) and the chosen
+target answers. A spelling is a template: ``{xm}`` and friends are replaced by the script's local name for
+that module (an import is added when the script has none), ``{0}``, ``{1}``... by the rule's arguments.
+
+Each spelling also carries the torch_xla releases it exists in, so the report can say on which releases the
+migrated script runs: the intersection over the spellings the output actually uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Placeholder -> (module, alias used when the script has no import of it yet).
+MODULE_PLACEHOLDERS: dict[str, tuple[str, str]] = {
+    "torch": ("torch", "torch"),
+    "torch_xla": ("torch_xla", "torch_xla"),
+    "xm": ("torch_xla.core.xla_model", "xm"),
+    "xr": ("torch_xla.runtime", "xr"),
+    "pl": ("torch_xla.distributed.parallel_loader", "pl"),
+    "xmp": ("torch_xla.distributed.xla_multiprocessing", "xmp"),
+    "xla_amp": ("torch_xla.amp", "xla_amp"),
+    "syncfree": ("torch_xla.amp.syncfree", "syncfree"),
+}
+
+Version = tuple[int, int]
+
+
+def parse_version(text: str) -> Version:
+    parts = text.split("+")[0].split(".")
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def format_version(version: Version) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+@dataclass(frozen=True)
+class Spelling:
+    template: str
+    since: Version = (1, 13)
+    # First release without it (None: still present in the newest release we know).
+    removed_in: Version | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    spellings: dict[str, Spelling]
+    # The releases the output is proven on by the proof tier.
+    verified_on: tuple[str, ...]
+    # Facts a rule may need that are not a single spelling.
+    has_grad_scaler: bool = True
+    autocast_dtype: str | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    def spelling(self, concept: str) -> Spelling:
+        try:
+            return self.spellings[concept]
+        except KeyError:
+            raise KeyError(f"target {self.name!r} has no spelling for {concept!r}") from None
+
+
+def runs_on(target: Target, concepts: set[str]) -> tuple[Version, Version | None]:
+    """The torch_xla releases [low, high) on which output using these concepts runs."""
+    low: Version = (1, 13)
+    high: Version | None = None
+    for concept in concepts:
+        spelling = target.spelling(concept)
+        low = max(low, spelling.since)
+        if spelling.removed_in is not None:
+            high = spelling.removed_in if high is None else min(high, spelling.removed_in)
+    return low, high
+
+
+def describe_releases(low: Version, high: Version | None) -> str:
+    if high is None:
+        return f"torch_xla >= {format_version(low)}"
+    return f"torch_xla >= {format_version(low)}, < {format_version(high)}"
+
+
+_SEEDS = {
+    "device": Spelling("{xm}.xla_device()"),
+    "step_barrier": Spelling("{xm}.mark_step()"),
+    "optimizer_step": Spelling("{xm}.optimizer_step({0})"),
+    "save": Spelling("{xm}.save"),
+    "wait_device_ops": Spelling("{xm}.wait_device_ops()"),
+    "set_rng_state": Spelling("{xm}.set_rng_state({0})"),
+    "add_step_closure": Spelling("{xm}.add_step_closure"),
+    "device_loader": Spelling("{pl}.MpDeviceLoader({0}, {1})"),
+    "world_size": Spelling("{xm}.xrt_world_size()", removed_in=(2, 7)),
+    "ordinal": Spelling("{xm}.get_ordinal()", removed_in=(2, 7)),
+    "local_ordinal": Spelling("{xm}.get_local_ordinal()"),
+    "is_master": Spelling("{xm}.is_master_ordinal()"),
+    "rendezvous": Spelling("{xm}.rendezvous({0})"),
+    "fetch_gradients": Spelling("{xm}._fetch_gradients({0})"),
+    "all_reduce": Spelling("{xm}.all_reduce"),
+    "launch": Spelling("{xmp}.spawn({0}, args=({1}))"),
+    "autocast": Spelling("{xla_amp}.autocast({0})"),
+    "grad_scaler": Spelling("{xla_amp}.GradScaler", removed_in=(2, 9)),
+    "syncfree": Spelling("{syncfree}.{0}"),
+}
+
+_CURRENT = {
+    **_SEEDS,
+    "device": Spelling("{torch_xla}.device()", since=(2, 3)),
+    "step_barrier": Spelling("{torch_xla}.sync()", since=(2, 4)),
+    "world_size": Spelling("{xr}.world_size()", since=(2, 1)),
+    "ordinal": Spelling("{xr}.global_ordinal()", since=(2, 1)),
+    "local_ordinal": Spelling("{xr}.local_ordinal()", since=(2, 1)),
+    "launch": Spelling("{torch_xla}.launch({0}, args=({1}))", since=(2, 5)),
+    "autocast": Spelling('{torch}.autocast("xla", dtype={torch}.bfloat16)', since=(2, 1)),
+}
+del _CURRENT["grad_scaler"]
+
+TARGETS: dict[str, Target] = {
+    "sagemaker": Target(
+        name="sagemaker",
+        description="the SageMaker Training Compiler recipe (torch_xla 1.13 API generation), as in the seeds",
+        spellings=_SEEDS,
+        verified_on=("2.6.1",),
+        aliases=("1.13",),
+    ),
+    "2.9": Target(
+        name="2.9",
+        description="current torch_xla (2.9): torch_xla.device(), torch_xla.sync(), torch_xla.runtime, bf16 AMP",
+        spellings=_CURRENT,
+        verified_on=("2.9.0",),
+        has_grad_scaler=False,
+        autocast_dtype="bfloat16",
+    ),
+}
+
+DEFAULT_TARGET = "sagemaker"
+
+
+def get_target(name: str) -> Target:
+    for target in TARGETS.values():
+        if name == target.name or name in target.aliases:
+            return target
+    known = ", ".join(TARGETS)
+    raise ValueError(f"unknown target {name!r} (known: {known})")
+
+
+def target_for_release(version: Version) -> Target | None:
+    """The newest target whose full spelling set runs on this torch_xla release."""
+    fitting = [
+        t for t in TARGETS.values() if release_fits(version, *runs_on(t, set(t.spellings)))
+    ]
+    return fitting[-1] if fitting else None
+
+
+def release_fits(version: Version, low: Version, high: Version | None) -> bool:
+    return version >= low and (high is None or version < high)

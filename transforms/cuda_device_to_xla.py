@@ -1,0 +1,109 @@
+"""XLA101 cuda-device-to-xla: CUDA devices become the target's XLA device.
+
+What it does:
+    Rewrites every way a script names a CUDA device to the target's XLA device: ``torch.device("cuda")``,
+    ``torch.device("cuda:0")``, ``torch.device(f"cuda:{rank}")``, ``torch.device("cuda", i)``,
+    ``"cuda" if torch.cuda.is_available() else "cpu"`` (and the ``torch.device`` of it) where a device is
+    assigned, ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and
+    ``device="cuda"`` keyword arguments. Where a device is needed and the script has no device variable in
+    scope, ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
+
+Why:
+    On XLA every process drives one device, reached through ``xm.xla_device()`` (``torch_xla.device()``
+    from torch_xla 2.3; the older spelling is deprecated in 2.8). CUDA indices and the CPU fallback have no
+    meaning there: the XLA device is the accelerator.
+
+Example:
+    model = Net().cuda()
+    x = x.to("cuda:0", non_blocking=True)
+
+Use instead:
+    device = xm.xla_device()
+    model = Net().to(device)
+    x = x.to(device, non_blocking=True)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.facts import is_cuda_device_expr
+from xla_migrate.rule import Rule
+
+
+def _is_cuda_value(node: cst.BaseExpression) -> bool:
+    """A CUDA device written as a string or a CPU-fallback conditional (not a ``torch.device`` call)."""
+    if isinstance(node, cst.IfExp):
+        return _is_cuda_value(node.body)
+    return patterns.is_cuda_string(node)
+
+
+class CudaDeviceToXla(Rule):
+    code = "XLA101"
+    name = "cuda-device-to-xla"
+    summary = "CUDA devices (torch.device('cuda'), .cuda(), .to('cuda'), device='cuda') -> the XLA device"
+
+    def _short(self, node: cst.CSTNode) -> str:
+        text = " ".join(patterns.code_of(node).split())
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    # Device definitions: `device = "cuda" if ... else "cpu"`, `self.device = "cuda"`.
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._definition(node.targets[-1].target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._definition(node.target, node.value)
+
+    def _definition(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        name = patterns.dotted_name(target)
+        # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
+        if name is None or "type" in name.rsplit(".", 1)[-1] or not _is_cuda_value(value):
+            return
+        device = self.ctx.spell("device")
+        self.replace(value, cst.parse_expression(device), f"{self._short(value)} -> {device}")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.is_call_to(node, "torch.device"):
+            if is_cuda_device_expr(node, ctx.qualnames):
+                self._device_call(node)
+            return
+        if patterns.method_call(node, "cuda") and not ctx.qualnames(node.func) & {"torch.cuda"}:
+            self._dot_cuda(node)
+            return
+        if patterns.method_call(node, "to"):
+            args = patterns.positional(node)
+            if args and _is_cuda_value(args[0].value):
+                self._use_device(args[0].value)
+        device_keyword = patterns.keyword(node, "device")
+        if device_keyword is not None and _is_cuda_value(device_keyword.value):
+            self._use_device(device_keyword.value)
+
+    def _device_call(self, node: cst.Call) -> None:
+        parent = self.ctx.parent(node)
+        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
+            device = self.ctx.spell("device")
+            self.replace(node, cst.parse_expression(device), f"{self._short(node)} -> {device}")
+        else:
+            self._use_device(node)
+
+    def _use_device(self, node: cst.BaseExpression) -> None:
+        device = self.ctx.device_reference(node, self.code)
+        self.replace(node, cst.parse_expression(device), f"{self._short(node)} -> {device}")
+
+    def _dot_cuda(self, node: cst.Call) -> None:
+        device = self.ctx.device_reference(node, self.code)
+        kept = [a for a in node.args if a.keyword is not None and a.keyword.value != "device"]
+        device_arg = cst.Arg(cst.parse_expression(device))
+
+        def to_device(updated: cst.Call) -> cst.Call:
+            # The device index (positional or `device=`) means nothing on XLA; other options are kept.
+            updated_kept = [a for a in updated.args if a.keyword is not None and a.keyword.value != "device"]
+            args = [device_arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                    if updated_kept else device_arg, *updated_kept]
+            return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")),
+                                        args=patterns.without_trailing_comma(args))
+
+        self.replace(node, to_device, f".cuda() -> .to({device}{', ...' if kept else ''})")
