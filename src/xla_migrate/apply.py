@@ -59,8 +59,15 @@ class EditApplier(cst.CSTTransformer):
         carried: list[cst.EmptyLine] = []
         changed = False
         for old, new in zip(original.body, updated.body):
-            for inserted in self.edits.before.get(old, ()):
-                body.extend(inserted)
+            inserted_before = [s for group in self.edits.before.get(old, ()) for s in group]
+            if inserted_before:
+                # Blank lines that separated the statement from what precedes it now separate the
+                # inserted code; comments stay with the statement they describe.
+                blanks = _leading_blank_lines(new)
+                inserted_before[0] = inserted_before[0].with_changes(
+                    leading_lines=[*blanks, *inserted_before[0].leading_lines])
+                new = new.with_changes(leading_lines=new.leading_lines[len(blanks):])
+                body.extend(inserted_before)
                 changed = True
             if old in self.edits.remove:
                 carried.extend(new.leading_lines)
@@ -92,6 +99,15 @@ class EditApplier(cst.CSTTransformer):
             f"not applied: overlaps another edit{other}: {change.message}",
             "apply this change by hand",
         ))
+
+
+def _leading_blank_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
+    blanks = []
+    for line in statement.leading_lines:
+        if line.comment is not None:
+            break
+        blanks.append(line)
+    return blanks
 
 
 def apply_edits(ctx: MigrationContext) -> cst.Module:

@@ -1,0 +1,93 @@
+"""Golden fixtures: ``fixtures/<CODE>/<case>.in.py`` with one ``<case>.out-<target>.py`` per target.
+
+Rule folders (``XLA101``...) run that rule alone, so adding a rule never churns another rule's goldens;
+``fixtures/scripts/`` holds whole scripts migrated by every rule. To (re)write expected outputs after a
+deliberate change, run ``python tests/goldens.py [FOLDER...]`` and review the diff before committing.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+WHOLE_SCRIPTS = "scripts"
+# Folders that are not golden pairs.
+NOT_GOLDEN = {"runnable", "examples"}
+
+
+@dataclass(frozen=True)
+class Case:
+    folder: str
+    name: str
+    target: str
+
+    @property
+    def input(self) -> Path:
+        return FIXTURES / self.folder / f"{self.name}.in.py"
+
+    @property
+    def expected(self) -> Path:
+        return FIXTURES / self.folder / f"{self.name}.out-{self.target}.py"
+
+    @property
+    def select(self) -> list[str] | None:
+        return None if self.folder == WHOLE_SCRIPTS else [self.folder]
+
+    @property
+    def id(self) -> str:
+        return f"{self.folder}/{self.name}[{self.target}]"
+
+
+def golden_folders() -> list[Path]:
+    return sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in NOT_GOLDEN)
+
+
+def cases(folders: list[str] | None = None) -> list[Case]:
+    from xla_migrate.targets import TARGETS
+
+    found = []
+    for folder in golden_folders():
+        if folders and folder.name not in folders:
+            continue
+        targets = _targets_of(folder.name, list(TARGETS))
+        for source in sorted(folder.glob("*.in.py")):
+            name = source.name[: -len(".in.py")]
+            found.extend(Case(folder.name, name, target) for target in targets)
+    return found
+
+
+def _targets_of(folder: str, all_targets: list[str]) -> list[str]:
+    if folder == WHOLE_SCRIPTS:
+        return all_targets
+    from xla_migrate.registry import all_rules
+
+    for rule in all_rules():
+        if rule.code == folder:
+            return list(rule.targets)
+    return all_targets
+
+
+def run_case(case: Case, source: bytes | None = None):
+    from xla_migrate import migrate
+
+    data = case.input.read_bytes() if source is None else source
+    return migrate(data, target=case.target, select=case.select, path=case.input.name)
+
+
+def regenerate(folders: list[str] | None) -> None:
+    for case in cases(folders):
+        result = run_case(case)
+        if result.error is not None:
+            print(f"{case.id}: error {result.error}", file=sys.stderr)
+            continue
+        old = case.expected.read_bytes() if case.expected.exists() else None
+        if old != result.output_bytes:
+            case.expected.write_bytes(result.output_bytes)
+            print(f"wrote {case.expected.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    regenerate(sys.argv[1:] or None)
