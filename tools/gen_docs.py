@@ -36,6 +36,7 @@ def rule_page(rule) -> str:
             out = first.with_name(f"{name}.out-{target}.py")
             if out.exists():
                 diff = unified_diff(first.read_text(), out.read_text(), first.name, out.name)
+                diff = diff[diff.index("--- "):]  # the hunks only, without git's copy header
                 lines += [f"`{name}` with `--target {target}`:", "", "```diff", diff.rstrip("\n"), "```", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 

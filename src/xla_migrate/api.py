@@ -45,7 +45,9 @@ class MigrationResult:
     def diff(self) -> str:
         if not self.changed:
             return ""
-        return unified_diff(self.source, self.code, self.path, self.out_path or self.path)
+        # The BOM is part of the file's first line: keep it in the diff so it applies byte for byte.
+        bom = "\ufeff" if self.encoding == "utf-8-sig" else ""
+        return unified_diff(bom + self.source, bom + self.code, self.path, self.out_path or self.path)
 
     @property
     def diff_stats(self) -> DiffStats:

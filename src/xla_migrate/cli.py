@@ -184,7 +184,8 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     destination = _check_paths(in_path, out, in_place, diff, check, diff_file)
     data = _read_input(in_path)
     label_in = "stdin" if in_path == "-" else in_path
-    label_out = destination if destination not in (None, "-") else label_in
+    named_out = out if out not in (None, "-") else None
+    label_out = named_out or label_in
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
                      path=label_in, out_path=label_out)
     if result.error is not None:

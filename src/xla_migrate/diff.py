@@ -19,11 +19,15 @@ def split_lines(text: str) -> list[str]:
 
 
 def unified_diff(before: str, after: str, from_path: str, to_path: str, context: int = 3) -> str:
+    """A git-style diff. When the output goes to another file (``--out``), the header says the new file is
+    a copy of the input plus these hunks, so ``git apply`` and ``patch -p1`` create it and keep the input."""
     if before == after:
         return ""
-    out = []
-    for line in difflib.unified_diff(split_lines(before), split_lines(after), f"a/{from_path.lstrip('/')}",
-                                     f"b/{to_path.lstrip('/')}",
+    source, target = from_path.lstrip("/"), to_path.lstrip("/")
+    out = [f"diff --git a/{source} b/{target}\n"]
+    if source != target:
+        out += [f"copy from {source}\n", f"copy to {target}\n"]
+    for line in difflib.unified_diff(split_lines(before), split_lines(after), f"a/{source}", f"b/{target}",
                                      n=context):
         out.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
     return "".join(out)

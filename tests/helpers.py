@@ -1,0 +1,29 @@
+"""Shared test helpers: a small CUDA script and a way to run the real console script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CUDA_SCRIPT = '''import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(4, 2).cuda()
+x = torch.randn(8, 4, device="cuda")
+'''
+
+NO_CUDA_SCRIPT = "import torch\n\nx = torch.zeros(3)\n"
+
+
+def run_cli(*args: str, cwd: Path, stdin: bytes | None = None, env: dict | None = None):
+    """Run ``xla-migrate`` as a user would: a real process from the installed console script."""
+    executable = Path(sys.executable).with_name("xla-migrate")
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([str(executable), *args], cwd=cwd, input=stdin, capture_output=True, env=full_env,
+                          timeout=60)
+
+
+def tree_snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -1,0 +1,91 @@
+"""The library API: results, errors as values, byte preservation, notebook display."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+from helpers import CUDA_SCRIPT
+
+from xla_migrate import MigrationResult, migrate, migrate_file
+
+
+def test_result_fields():
+    result = migrate(CUDA_SCRIPT, target="2.9")
+    assert isinstance(result, MigrationResult)
+    assert result.ok and result.changed and result.error is None
+    assert result.target == "2.9"
+    assert "torch_xla.device()" in result.code
+    assert [c.code for c in result.changes] == ["XLA101"] * 3
+    assert result.changes[0].line == 3 and result.changes[0].column == 10
+    assert result.runs_on == "torch_xla >= 2.3"
+    assert result.source == CUDA_SCRIPT
+
+
+@pytest.mark.parametrize(("source", "message", "line"), [
+    ("def f(:\n", "cannot parse", 1),
+    (b"x = '\xff'\n", "not valid utf-8", 1),
+    (b"\x00\x01", "binary file", None),
+])
+def test_bad_input_is_a_result_not_an_exception(source, message, line):
+    result = migrate(source)
+    assert not result.ok and not result.changed
+    assert message in result.error.message and result.error.line == line
+    assert result.diff == ""
+
+
+def test_unknown_target_is_an_error_value():
+    result = migrate(CUDA_SCRIPT, target="0.1")
+    assert result.error is not None and "unknown target '0.1'" in result.error.message
+
+
+def test_empty_file_migrates_to_itself():
+    result = migrate(b"")
+    assert result.ok and not result.changed and result.output_bytes == b""
+
+
+@pytest.mark.parametrize("data", [
+    b"\xef\xbb\xbf" + CUDA_SCRIPT.encode(),
+    CUDA_SCRIPT.replace("\n", "\r\n").encode(),
+    CUDA_SCRIPT.rstrip().encode(),
+    ("# coding: latin-1\n# \u00e9t\u00e9\n" + CUDA_SCRIPT).encode("latin-1"),
+    CUDA_SCRIPT.replace("    ", "\t").encode(),
+])
+def test_untouched_bytes_are_kept(data):
+    """Encoding, BOM, CRLF, a missing final newline: only the rewritten lines differ."""
+    result = migrate(data)
+    output = result.output_bytes
+    assert output.startswith(b"\xef\xbb\xbf") == data.startswith(b"\xef\xbb\xbf")
+    assert (b"\r\n" in output) == (b"\r\n" in data)
+    assert output.endswith(b"\n") == data.endswith(b"\n")
+    encoding = "latin-1" if b"latin-1" in data else "utf-8"
+    old = set(data.decode(encoding).splitlines())
+    new = output.decode(encoding).splitlines()
+    kept = [line for line in new if line in old]
+    assert len(kept) == len(new) - 4  # 3 rewritten lines + 1 added import
+    cst.parse_module(output)
+
+
+def test_migrate_file_writes_out(tmp_path):
+    source = tmp_path / "train.py"
+    source.write_text(CUDA_SCRIPT)
+    source.chmod(0o755)
+    out = tmp_path / "train_xla.py"
+    result = migrate_file(source, out)
+    assert result.ok and out.read_bytes() == result.output_bytes
+    assert out.stat().st_mode & 0o777 == 0o755
+    missing = migrate_file(tmp_path / "nope.py")
+    assert not missing.ok and "cannot read" in missing.error.message
+
+
+def test_notebook_display_is_a_coloured_diff_and_the_change_list():
+    html = migrate(CUDA_SCRIPT, path="train.py")._repr_html_()
+    assert '<span style="color:#1a7f37">+import torch_xla.core.xla_model as xm</span>' in html
+    assert '<span style="color:#cf222e">-model = torch.nn.Linear(4, 2).cuda()</span>' in html
+    assert "<b>Changes</b>" in html and "<code>XLA101</code> line 4: .cuda() -&gt; .to(device)" in html
+    error_html = migrate("def f(:\n")._repr_html_()
+    assert "error: script.py:1:" in error_html
+
+
+def test_select_and_ignore_narrow_the_rules():
+    assert not migrate(CUDA_SCRIPT, ignore=["XLA1"]).changed
+    assert migrate(CUDA_SCRIPT, select=["xla101"]).changed

@@ -1,0 +1,241 @@
+"""The command line, through typer's CliRunner (fast, in-process) and a real subprocess (as users run it)."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, run_cli, tree_snapshot
+from typer.testing import CliRunner
+
+from xla_migrate import cli, migrate
+
+runner = CliRunner()
+
+
+def invoke(*args: str, input: bytes | None = None):
+    return runner.invoke(cli.app, list(args), input=input)
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(CUDA_SCRIPT)
+    return path
+
+
+def test_out_writes_the_migrated_file_and_a_summary(script, tmp_path):
+    out = tmp_path / "train_xla.py"
+    result = invoke("--in", str(script), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == migrate(CUDA_SCRIPT).output_bytes
+    assert "xm.xla_device()" in out.read_text()
+    assert script.read_text() == CUDA_SCRIPT
+    assert "changes" in result.stderr and "target sagemaker" in result.stderr
+    assert result.stdout == ""
+
+
+def test_diff_prints_the_diff_and_writes_nothing(script, tmp_path):
+    before = tree_snapshot(tmp_path)
+    result = invoke("--in", str(script), "--diff")
+    assert result.exit_code == 0
+    assert result.stdout.startswith(f"diff --git a/{str(script).lstrip('/')}")
+    assert "+model = torch.nn.Linear(4, 2).to(device)" in result.stdout
+    assert tree_snapshot(tmp_path) == before
+
+
+def test_diff_file_writes_the_diff(script, tmp_path):
+    diff_path = tmp_path / "train.diff"
+    result = invoke("--in", str(script), "--diff-file", str(diff_path))
+    assert result.exit_code == 0
+    assert diff_path.read_text() == migrate(CUDA_SCRIPT, path=str(script)).diff
+
+
+@pytest.mark.parametrize(("source", "code"), [(CUDA_SCRIPT, 1), (NO_CUDA_SCRIPT, 0)])
+def test_check_exit_code(tmp_path, source, code):
+    path = tmp_path / "t.py"
+    path.write_text(source)
+    result = invoke("--in", str(path), "--check")
+    assert result.exit_code == code
+    assert path.read_text() == source
+    assert {p.name for p in tmp_path.iterdir()} == {"t.py"}
+
+
+def test_stdin_to_stdout():
+    result = invoke("--in", "-", "--out", "-", input=CUDA_SCRIPT.encode())
+    assert result.exit_code == 0
+    assert result.stdout == migrate(CUDA_SCRIPT).code
+
+
+def test_target_29_uses_current_spellings(script):
+    result = invoke("--in", str(script), "--out", "-", "--target", "2.9")
+    assert "torch_xla.device()" in result.stdout
+    assert "xla_device" not in result.stdout
+
+
+@pytest.mark.parametrize("args", [("--ignore", "XLA101"), ("--select", "XLA9"), ("--ignore", "XLA1")])
+def test_select_and_ignore(script, args):
+    result = invoke("--in", str(script), "--out", "-", *args)
+    if "--select" in args:  # unknown prefix: a usage error
+        assert result.exit_code == 2
+        assert "unknown rule code or prefix: XLA9" in result.stderr
+    else:
+        assert result.exit_code == 0
+        assert result.stdout == CUDA_SCRIPT
+
+
+def test_select_accepts_comma_lists(script):
+    result = invoke("--in", str(script), "--out", "-", "--select", "XLA101,XLA1")
+    assert result.exit_code == 0 and "xla_device" in result.stdout
+
+
+def test_list_rules_and_version():
+    rules = invoke("--list-rules")
+    assert rules.exit_code == 0 and "XLA101" in rules.stdout and "cuda-device-to-xla" in rules.stdout
+    version = invoke("--version")
+    assert version.exit_code == 0 and version.stdout.startswith("xla-migrate 0.")
+
+
+def test_quiet_and_verbose(script, tmp_path):
+    quiet = invoke("--in", str(script), "--out", str(tmp_path / "o.py"), "-q")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    verbose = invoke("--in", str(script), "--out", str(tmp_path / "o.py"), "-v")
+    assert f"{script}:3:10: XLA101" in verbose.stderr
+
+
+def test_in_place_rewrites_and_leaves_unchanged_files_alone(script, tmp_path):
+    result = invoke("--in", str(script), "--in-place")
+    assert result.exit_code == 0
+    assert "xla_device" in script.read_text()
+    clean = tmp_path / "clean.py"
+    clean.write_text(NO_CUDA_SCRIPT)
+    os.utime(clean, (1_000_000, 1_000_000))
+    assert invoke("--in", str(clean), "--in-place").exit_code == 0
+    assert clean.stat().st_mtime == 1_000_000
+
+
+BAD_INPUTS = {
+    "syntax": (b"def f(:\n    pass\n", "cannot parse"),
+    "python2": (b'print "hello"\n', "cannot parse: Missing parentheses in call to 'print'"),
+    "latin1": ('x = "caf\u00e9".cuda()\n'.encode("latin-1"), "not valid utf-8"),
+    "binary": (b"\x7fELF\x00\x01\x02", "binary file"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, kind):
+    data, message = BAD_INPUTS[kind]
+    source = tmp_path / "bad.py"
+    source.write_bytes(data)
+    out = tmp_path / "out.py"
+    result = invoke("--in", str(source), "--out", str(out))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {source}:") and message in lines[0]
+    assert not out.exists()
+    assert source.read_bytes() == data
+
+
+def test_syntax_error_names_line_and_column(tmp_path):
+    source = tmp_path / "train.py"
+    source.write_text("import torch\n\nx = (1,\n")
+    result = invoke("--in", str(source), "--diff")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {source}:3:5: cannot parse:")
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "same-file", "nothing-to-do", "out-is-dir", "bad-target",
+                                  "in-place-and-out"])
+def test_usage_errors(tmp_path, script, case):
+    args = {
+        "missing": ["--in", str(tmp_path / "nope.py"), "--diff"],
+        "directory": ["--in", str(tmp_path), "--diff"],
+        "same-file": ["--in", str(script), "--out", str(script)],
+        "nothing-to-do": ["--in", str(script)],
+        "out-is-dir": ["--in", str(script), "--out", str(tmp_path)],
+        "bad-target": ["--in", str(script), "--diff", "--target", "1.0"],
+        "in-place-and-out": ["--in", str(script), "--in-place", "--out", str(tmp_path / "x.py")],
+    }[case]
+    before = tree_snapshot(tmp_path)
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert tree_snapshot(tmp_path) == before
+
+
+def test_unwritable_output_folder(tmp_path, script):
+    # A parent that is a file cannot hold the output, whoever runs the test (permission bits do not
+    # stop root, which CI runs as).
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    result = invoke("--in", str(script), "--out", str(blocker / "o.py"))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {blocker / 'o.py'}: cannot write: Not a directory"
+    assert blocker.read_text() == ""
+
+
+def test_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, script, monkeypatch):
+    out = tmp_path / "train_xla.py"
+    out.write_text("old content\n")
+
+    def broken_replace(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    result = invoke("--in", str(script), "--out", str(out))
+    assert result.exit_code == 2 and "No space left on device" in result.stderr
+    assert out.read_text() == "old content\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py", "train_xla.py"]
+
+
+def test_release_warning_names_the_right_target(script, monkeypatch):
+    monkeypatch.setattr(cli, "_installed_torch_xla", lambda: "2.2.0")
+    result = invoke("--in", str(script), "--diff", "--target", "2.9")
+    assert ("warning: torch_xla 2.2.0 is installed here, but the 2.9 target's output needs torch_xla >= 2.3; "
+            "use --target sagemaker") in result.stderr
+    monkeypatch.setattr(cli, "_installed_torch_xla", lambda: "2.9.0")
+    assert "warning:" not in invoke("--in", str(script), "--diff", "--target", "2.9").stderr
+
+
+class FakeTty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert cli._colour(FakeTty()) is True
+    assert cli._colour(io.StringIO()) is False
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert cli._colour(FakeTty()) is False
+
+
+# A real process, as a user runs it -----------------------------------------------------------------------
+def test_subprocess_end_to_end(tmp_path, script):
+    out = tmp_path / "train_xla.py"
+    done = run_cli("--in", "train.py", "--out", "train_xla.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == migrate(CUDA_SCRIPT).output_bytes
+    assert done.stderr.decode().startswith("train.py -> train_xla.py: ")
+    assert done.stdout == b""
+    diff = run_cli("--in", "train.py", "--diff", cwd=tmp_path, env={"NO_COLOR": "1"})
+    assert diff.returncode == 0 and b"\x1b[" not in diff.stdout
+    assert diff.stdout.startswith(b"diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n")
+    bad = run_cli("--in", "missing.py", "--diff", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr == b"error: missing.py: no such file\n"
+
+
+def test_python_dash_m_and_version_fast_path(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "xla_migrate", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip().startswith("xla-migrate ")
+    # The fast path must not import the CLI framework or libcst.
+    probe = subprocess.run([sys.executable, "-c", "import sys; sys.argv=['x','--version']; "
+                            "from xla_migrate.__main__ import main; main(); "
+                            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer','libcst','rich')))"],
+                           capture_output=True, text=True)
+    assert probe.stdout.strip().splitlines()[-1] == "[]"
