@@ -25,6 +25,7 @@ GRAD_SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cuda
 AUTOCASTS = ("torch.cuda.amp.autocast", "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast_mode.autocast",
              "torch_xla.amp.autocast")
 XLA_DEVICES = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
+DEVICE_LOADERS = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)
 
 
 def is_cuda_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
@@ -60,6 +61,9 @@ class Facts:
     optimizers: set[str] = field(default_factory=set)
     scalers: set[str] = field(default_factory=set)
     loaders: set[str] = field(default_factory=set)
+    # Spellings bound to loaders that already deliver batches on the XLA device (``pl.MpDeviceLoader(...)``,
+    # ``pl.ParallelLoader(...).per_device_loader(device)``).
+    device_loaders: set[str] = field(default_factory=set)
     # Innermost loops that run a backward pass: the training loops.
     training_loops: list[cst.For | cst.While] = field(default_factory=list)
     uses_amp: bool = False
@@ -174,6 +178,8 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.scalers.add(spelling)
         elif names & set(DATALOADERS):
             self.facts.loaders.add(spelling)
+        elif names & set(DEVICE_LOADERS) or patterns.method_call(value, "per_device_loader"):
+            self.facts.device_loaders.add(spelling)
 
     def _bind_device(self, target: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):

@@ -90,6 +90,7 @@ _SEEDS = {
     "set_rng_state": Spelling("{xm}.set_rng_state({0})"),
     "add_step_closure": Spelling("{xm}.add_step_closure"),
     "device_loader": Spelling("{pl}.MpDeviceLoader({0}, {1})"),
+    "device_hw": Spelling("{xm}.xla_device_hw({0})"),
     "world_size": Spelling("{xm}.xrt_world_size()", removed_in=(2, 7)),
     "ordinal": Spelling("{xm}.get_ordinal()", removed_in=(2, 7)),
     "local_ordinal": Spelling("{xm}.get_local_ordinal()"),
