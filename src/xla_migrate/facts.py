@@ -43,6 +43,11 @@ def is_cuda_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
     return False
 
 
+def is_optimizer_param_name(name: str) -> bool:
+    """A parameter name that says it holds an optimizer: ``optimizer``, ``opt``, ``base_optimizer``."""
+    return name in ("optimizer", "opt") or name.endswith("_optimizer")
+
+
 def is_xla_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
     return isinstance(node, cst.Call) and bool(qualnames(node.func) & set(XLA_DEVICES))
 
@@ -59,6 +64,8 @@ class Facts:
     class_device_attrs: dict[cst.ClassDef, str] = field(default_factory=dict)
     # Spellings (``optimizer``, ``self.opt``) bound to optimizers, GradScalers, DataLoaders.
     optimizers: set[str] = field(default_factory=set)
+    # Function parameters that by their name hold an optimizer (``optimizer``, ``opt``, ``*_optimizer``), per scope.
+    optimizer_params: dict[Scope, set[str]] = field(default_factory=dict)
     scalers: set[str] = field(default_factory=set)
     loaders: set[str] = field(default_factory=set)
     # Spellings bound to loaders that already deliver batches on the XLA device (``pl.MpDeviceLoader(...)``,
@@ -121,6 +128,8 @@ class FactsCollector(cst.CSTVisitor):
         for param in [*node.params.params, *node.params.kwonly_params, *node.params.posonly_params]:
             if param.name.value == "device" and scope is not None:
                 self.facts.device_names.setdefault(scope, set()).add("device")
+            if is_optimizer_param_name(param.name.value) and scope is not None:
+                self.facts.optimizer_params.setdefault(scope, set()).add(param.name.value)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._function_depth -= 1
