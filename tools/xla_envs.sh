@@ -24,7 +24,8 @@ make_env() {
     echo "creating $name environment in $dir ($pins)" >&2
     rm -rf "$dir"
     "$python_bin" -m venv "$dir"
-    "$dir/bin/python" -m pip install -q --disable-pip-version-check $pins >&2
+    # (The filter drops pip's notes about unreachable local package mirrors some machines configure.)
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check $pins 2>&1 | { grep -v "is ignored" || true; } >&2
     "$dir/bin/python" -c "import torch, torch_xla" >&2
     touch "$dir/.complete"
   fi
