@@ -1,0 +1,130 @@
+"""Engine behaviour no single rule shows: name resolution through aliases, overlapping edits reported
+(never dropped), statement removal keeping comments, imports added once and dead ones removed."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import engine
+from xla_migrate.facts import is_cuda_device_expr
+from xla_migrate.rule import Rule
+from xla_migrate.targets import get_target
+
+
+def run(source: str, *rules: type[Rule], target: str = "sagemaker"):
+    module = engine.parse(source.encode())
+    assert isinstance(module, cst.Module)
+    return engine.run_pipeline(module, get_target(target), list(rules))
+
+
+def test_qualified_names_resolve_through_aliases():
+    seen: list[str] = []
+
+    class Probe(Rule):
+        code, name, summary = "XLA998", "probe-names", "test probe"
+
+        def visit_Call(self, node):
+            seen.append(",".join(sorted(self.ctx.qualnames(node.func))))
+
+    run("import torch as T\nfrom torch import cuda\nimport torch.cuda.amp as amp\n"
+        "from torch.optim import AdamW as W\nT.device('cuda')\ncuda.synchronize()\namp.autocast()\nW(p)\n", Probe)
+    assert seen == ["torch.device", "torch.cuda.synchronize", "torch.cuda.amp.autocast", "torch.optim.AdamW"]
+
+
+def test_cuda_device_expressions():
+    module = cst.parse_module("")
+    wrapper_qualnames = lambda node: {"torch.device"}  # noqa: E731
+    for code, expected in [('"cuda"', True), ('"cuda:1"', True), ('f"cuda:{r}"', True), ('"cpu"', False),
+                           ('"cuda" if ok else "cpu"', True), ('torch.device("cuda", 0)', True),
+                           ('torch.device("cpu")', False), ('"cudax"', False)]:
+        assert is_cuda_device_expr(cst.parse_expression(code), wrapper_qualnames) is expected, code
+    assert module.code == ""
+
+
+class ReplaceOneWithTwo(Rule):
+    code, name, summary = "XLA996", "replace-one-with-two", "test rule"
+
+    def visit_Integer(self, node):
+        if node.value == "1":
+            self.replace(node, cst.Integer("2"), "1 -> 2")
+
+
+class ReplaceOneWithThree(Rule):
+    code, name, summary = "XLA997", "replace-one-with-three", "test rule"
+
+    def visit_Integer(self, node):
+        if node.value == "1":
+            self.replace(node, cst.Integer("3"), "1 -> 3")
+
+
+class ReplaceCallFixed(Rule):
+    code, name, summary = "XLA995", "replace-call-fixed", "test rule"
+
+    def visit_Call(self, node):
+        self.replace(node, cst.parse_expression("g()"), "f(...) -> g()")
+
+
+def test_two_edits_of_one_node_apply_one_and_report_the_other():
+    out = run("x = 1\n", ReplaceOneWithTwo, ReplaceOneWithThree)
+    assert out.code == "x = 2\n"
+    assert [(c.code, c.message) for c in out.changes] == [("XLA996", "1 -> 2")]
+    (finding,) = out.findings
+    assert finding.code == "XLA997" and finding.line == 1
+    assert finding.message == "not applied: overlaps another edit by XLA996: 1 -> 3"
+
+
+def test_fixed_replacement_over_an_edited_subtree_is_reported_not_applied():
+    out = run("y = f(1)\n", ReplaceOneWithTwo, ReplaceCallFixed)
+    assert out.code == "y = f(2)\n"
+    assert [f.code for f in out.findings] == ["XLA995"]
+    assert "overlaps another edit inside it" in out.findings[0].message
+    assert [c.code for c in out.changes] == ["XLA996"]
+
+
+class RemoveCudnnFlag(Rule):
+    code, name, summary = "XLA994", "remove-flag", "test rule"
+
+    def visit_SimpleStatementLine(self, node):
+        if "cudnn" in cst.Module([]).code_for_node(node):
+            self.remove(node, "removed")
+
+
+def test_removal_keeps_comments_and_fills_empty_blocks():
+    source = ("def f():\n    # tune\n    torch.backends.cudnn.benchmark = True\n    return 1\n\n"
+              "def g():\n    torch.backends.cudnn.benchmark = True\n")
+    out = run(source, RemoveCudnnFlag)
+    assert out.code == "def f():\n    # tune\n    return 1\n\ndef g():\n    pass\n"
+
+
+class RemoveCudnnAssignment(Rule):
+    code, name, summary = "XLA992", "remove-assignment", "test rule"
+
+    def visit_Assign(self, node):
+        if "cudnn" in cst.Module([]).code_for_node(node):
+            self.remove(node, "removed")
+
+
+def test_removing_one_small_statement_keeps_its_neighbours():
+    out = run("a = 1; torch.backends.cudnn.enabled = False; b = 2\n", RemoveCudnnAssignment)
+    assert out.code == "a = 1; b = 2\n"
+
+
+class UsesXm(Rule):
+    code, name, summary = "XLA993", "uses-xm", "test rule"
+
+    def visit_Expr(self, node):
+        if isinstance(node.value, cst.Name) and node.value.value == "GradScaler":
+            self.replace(node.value, cst.parse_expression(self.ctx.spell("device")), "use xm")
+            self.import_may_be_dead("torch.cuda.amp", "GradScaler")
+
+
+def test_imports_added_once_in_place_and_dead_ones_removed():
+    source = '"""Doc."""\nfrom __future__ import annotations\nimport os\nfrom torch.cuda.amp import GradScaler\n\nGradScaler\nGradScaler\n'
+    out = run(source, UsesXm)
+    assert out.code == ('"""Doc."""\nfrom __future__ import annotations\nimport os\n'
+                        "import torch_xla.core.xla_model as xm\n\nxm.xla_device()\nxm.xla_device()\n")
+
+
+def test_existing_alias_is_reused():
+    out = run("import torch_xla.core.xla_model as xla\nGradScaler\n", UsesXm)
+    assert out.code == "import torch_xla.core.xla_model as xla\nxla.xla_device()\n"
