@@ -41,11 +41,14 @@ class EditApplier(cst.CSTTransformer):
             else:
                 result = factory(updated)
                 changed = True
-        if isinstance(original, cst.SimpleStatementLine):
+        if isinstance(original, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             kept = [s for o, s in zip(original.body, result.body) if o not in self.edits.remove]
-            if not kept:
+            if not kept and isinstance(original, cst.SimpleStatementLine):
                 self.edits.remove.add(original)
             elif len(kept) != len(result.body):
+                # A one-line suite (``if x: y()``) that loses every statement keeps a ``pass``; the last
+                # statement kept loses the semicolon that separated it from a removed one.
+                kept = [*kept[:-1], kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)] if kept else [cst.Pass()]
                 result = result.with_changes(body=kept)
                 changed = True
         if isinstance(original, _BLOCKS):
@@ -66,7 +69,9 @@ class EditApplier(cst.CSTTransformer):
                 blanks = _leading_blank_lines(new)
                 inserted_before[0] = inserted_before[0].with_changes(
                     leading_lines=[*blanks, *inserted_before[0].leading_lines])
-                new = new.with_changes(leading_lines=new.leading_lines[len(blanks):])
+                if not isinstance(new, (cst.FunctionDef, cst.ClassDef)):
+                    # A def or class keeps its own blank lines too (two at module level).
+                    new = new.with_changes(leading_lines=new.leading_lines[len(blanks):])
                 body.extend(inserted_before)
                 changed = True
             if old in self.edits.remove:

@@ -8,6 +8,7 @@ sorted, one per line, without touching the blank lines around them.
 from __future__ import annotations
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import RemoveImportsVisitor
 
@@ -48,6 +49,28 @@ def remove_dead_imports(module: cst.Module, candidates: set[tuple[str, str | Non
     if not candidates:
         return module
     context = CodemodContext()
+    aliases = _aliases(module)
     for name, obj in sorted(candidates, key=lambda c: (c[0], c[1] or "")):
-        RemoveImportsVisitor.remove_unused_import(context, name, obj)
+        # RemoveImportsVisitor only removes an aliased import (``import a.b as c``, ``from a import b as c``)
+        # when told its alias.
+        for asname in sorted(aliases.get((name, obj)) or {None}, key=lambda a: a or ""):
+            RemoveImportsVisitor.remove_unused_import(context, name, obj, asname)
     return RemoveImportsVisitor(context).transform_module(module)
+
+
+def _aliases(module: cst.Module) -> dict[tuple[str, str | None], set[str | None]]:
+    """(module, name or None) -> the aliases (None: none) the module's top-level imports bind it under."""
+    found: dict[tuple[str, str | None], set[str | None]] = {}
+    for statement in module.body:
+        if not is_import_line(statement):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    found.setdefault((get_full_name_for_node(alias.name) or "", None), set()).add(alias.evaluated_alias)
+            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
+                    and not isinstance(small.names, cst.ImportStar):
+                base = get_full_name_for_node(small.module) or ""
+                for alias in small.names:
+                    found.setdefault((base, alias.evaluated_name), set()).add(alias.evaluated_alias)
+    return found
