@@ -1,0 +1,52 @@
+"""Helpers the AMP and optimizer rules (XLA201-XLA204) share. Not a rule."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.context import MigrationContext
+
+# Expressions that can stand before ``.attr`` / ``(...)`` / ``[...]`` without parentheses.
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.Integer, cst.Float,
+          cst.List, cst.Tuple, cst.Dict, cst.Set, cst.FormattedString, cst.ConcatenatedString)
+
+
+def imported_from(ctx: MigrationContext, func: cst.BaseExpression, qualname: str) -> tuple[str, str | None] | None:
+    """The import that binds ``func`` (``GradScaler`` after ``from torch.cuda.amp import GradScaler`` ->
+    ("torch.cuda.amp", "GradScaler"); ``amp.GradScaler`` after ``import torch.cuda.amp as amp`` ->
+    ("torch.cuda.amp", None)), so a rule can mark it as possibly dead. None for ``torch.cuda.amp.X``."""
+    if isinstance(func, cst.Name):
+        module, _, name = qualname.rpartition(".")
+        return (module, name) if module else None
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        base = func.value.value
+        for module in ctx.qualnames(func.value):
+            if module != base and "." in module:
+                return module, None
+    return None
+
+
+def parenthesized_for_attribute(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` wrapped in parentheses when it is not an atom (``loss / n`` before ``.backward()``)."""
+    if isinstance(node, _ATOMS) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                         whitespace_after=cst.SimpleWhitespace("")))
+
+
+def joined(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Args on one line, ``a, b=c``, whatever commas they carried before."""
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    out = [a.with_changes(comma=comma) for a in args]
+    return patterns.without_trailing_comma(out)
+
+
+def short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(patterns.code_of(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

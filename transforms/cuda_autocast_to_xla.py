@@ -1,0 +1,212 @@
+"""XLA201 cuda-autocast-to-xla: CUDA autocast becomes the target's XLA autocast.
+
+What it does:
+    Rewrites every CUDA autocast the script opens, in every spelling: ``torch.cuda.amp.autocast(...)``,
+    ``torch.autocast("cuda", ...)``, ``torch.autocast(device_type="cuda", ...)``, ``torch.amp.autocast("cuda")``,
+    from-imports (``from torch.cuda.amp import autocast``) and module aliases (``import torch.cuda.amp as amp``),
+    as a context manager, a decorator or a value. ``enabled=`` and ``cache_enabled=`` are kept (positional
+    ones become keywords). The seeds' target keeps ``dtype=`` and gets ``torch_xla.amp.autocast(device, ...)``;
+    the ``2.9`` target gets ``torch.autocast("xla", dtype=torch.bfloat16, ...)``: its AMP is bfloat16 without
+    a loss scaler, so a float16 (or any other) ``dtype`` becomes bfloat16 and the change message says so.
+    A device type held in a variable (``device_type = "cuda" if "cuda" in device else "cpu"``, nanoGPT) is
+    followed to its definition, which becomes ``"xla"`` so the script's other ``device_type`` checks take the
+    XLA branch; a device type the rule cannot trace is reported, not guessed. Other device types (``"cpu"``)
+    are left alone.
+
+Why:
+    CUDA autocast does nothing on an XLA device: the model silently runs in float32. torch_xla's autocast
+    (``torch_xla.amp.autocast(device)``, the form in the seeds) or torch's own ``torch.autocast("xla")``
+    casts for XLA. torch_xla 2.9 has no GradScaler; its AMP is bfloat16, which needs no loss scaling.
+
+Example:
+    with torch.cuda.amp.autocast(enabled=use_amp):
+        loss = model(x)
+
+Use instead:
+    with xla_amp.autocast(device, enabled=use_amp):            # --target sagemaker
+        loss = model(x)
+    with torch.autocast("xla", dtype=torch.bfloat16, enabled=use_amp):   # --target 2.9
+        loss = model(x)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import Assignment
+
+from xla_migrate import patterns
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.amp_common import imported_from, joined, keyword_arg, short
+
+# torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)
+CUDA_AMP_AUTOCASTS = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
+# torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
+DEVICE_AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+_PARAMETERS = {
+    CUDA_AMP_AUTOCASTS: ("enabled", "dtype", "cache_enabled"),
+    DEVICE_AUTOCASTS: ("device_type", "dtype", "enabled", "cache_enabled"),
+}
+
+
+def _is_cuda_value(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.IfExp):
+        return _is_cuda_value(node.body)
+    return patterns.is_cuda_string(node)
+
+
+class CudaAutocastToXla(Rule):
+    code = "XLA201"
+    name = "cuda-autocast-to-xla"
+    summary = "CUDA autocast (torch.cuda.amp.autocast, torch.autocast('cuda')) -> the target's XLA autocast"
+    fix_safety = "review"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # Device-type definitions already rewritten to "xla" (several autocasts may share one).
+        self._rewritten_definitions: set[cst.CSTNode] = set()
+
+    # Autocast calls --------------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.ctx.qualnames(node.func)
+        for family, parameters in _PARAMETERS.items():
+            matched = names & set(family)
+            if matched:
+                self._autocast(node, parameters, sorted(matched)[0])
+                return
+
+    def _autocast(self, node: cst.Call, parameters: tuple[str, ...], qualname: str) -> None:
+        bound: dict[str, int] = {}
+        for index, arg in enumerate(node.args):
+            if arg.star:
+                self.finding(node, f"{short(node)}: autocast with unpacked arguments is not rewritten",
+                             "make it the target's autocast by hand")
+                return
+            if arg.keyword is None:
+                if index >= len(parameters):
+                    return
+                bound[parameters[index]] = index
+            elif arg.keyword.value in parameters:
+                bound[arg.keyword.value] = index
+            else:
+                return
+        if "device_type" in parameters:
+            if "device_type" not in bound:
+                return
+            verdict = self._device_type_is_cuda(node.args[bound["device_type"]].value)
+            if verdict is False:
+                return
+            if verdict is None:
+                device_type = short(node.args[bound["device_type"]].value)
+                self.finding(node, f"{short(node)}: cannot tell whether {device_type} is 'cuda'",
+                             f"if it is, use {self._spelled_preview()}")
+                return
+        self._rewrite(node, bound, qualname)
+
+    def _spelled_preview(self) -> str:
+        template = self.ctx.target.spelling("autocast").template
+        return template.replace("{0}", "device").replace("{xla_amp}", "torch_xla.amp").replace("{torch}", "torch")
+
+    def _rewrite(self, node: cst.Call, bound: dict[str, int], qualname: str) -> None:
+        ctx = self.ctx
+        template = ctx.target.spelling("autocast").template
+        device = ctx.device_reference(node, self.code) if "{0}" in template else ""
+        spelled = cst.parse_expression(ctx.spell("autocast", device))
+        assert isinstance(spelled, cst.Call)
+        fixed = {a.keyword.value for a in spelled.args if a.keyword is not None}
+        kept = sorted((index, name) for name, index in bound.items() if name != "device_type" and name not in fixed)
+
+        def to_xla(updated: cst.Call) -> cst.Call:
+            args = []
+            for index, name in kept:
+                arg = updated.args[index]
+                args.append(keyword_arg(name, arg.value) if arg.keyword is None else arg)
+            return spelled.with_changes(args=joined([*spelled.args, *args]), lpar=updated.lpar, rpar=updated.rpar)
+
+        preview = to_xla(node)
+        note = ""
+        if "dtype" in fixed and ctx.target.autocast_dtype:
+            wanted = ctx.target.autocast_dtype
+            if "dtype" not in bound:
+                note = f" (float16 -> {wanted}: the target's AMP dtype)"
+            else:
+                written = patterns.code_of(node.args[bound["dtype"]].value)
+                if not written.endswith(wanted):
+                    note = f" (dtype {written} -> {wanted}: the target's AMP dtype)"
+        self.replace(node, to_xla, f"{short(node)} -> {short(preview, 80)}{note}")
+        dead = imported_from(ctx, node.func, qualname)
+        if dead is not None:
+            self.import_may_be_dead(*dead)
+
+    # Device types ------------------------------------------------------------------------------------------
+    def _device_type_is_cuda(self, node: cst.BaseExpression) -> bool | None:
+        """True for a CUDA device type, False for another known one, None when it cannot be told."""
+        if isinstance(node, cst.IfExp):
+            return _is_cuda_value(node)
+        value = patterns.string_value(node)
+        if value is not None:
+            return value == "cuda" or value.startswith("cuda:")
+        if isinstance(node, cst.Attribute) and node.attr.value == "type":
+            return True if self._is_device(node.value) else None
+        if isinstance(node, cst.Name):
+            return self._variable_is_cuda(node)
+        return None
+
+    def _is_device(self, node: cst.BaseExpression) -> bool:
+        """``device.type``: a name (or ``self`` attribute) the facts know holds the device."""
+        name = patterns.dotted_name(node)
+        if name is None:
+            return False
+        if any(name in self.ctx.facts.device_names.get(scope, ()) for scope in self.ctx.visible_scopes(node)):
+            return True
+        return name.startswith("self.") and name[5:] in self.ctx.facts.class_device_attrs.values()
+
+    def _variable_is_cuda(self, node: cst.Name) -> bool | None:
+        scope = self.ctx.scopes.get(node)
+        if scope is None:
+            return None
+        definitions = []
+        for assignment in scope[node.value]:
+            if not isinstance(assignment, Assignment) or not isinstance(assignment.node, cst.Name):
+                return None
+            target = assignment.node
+            statement = self.ctx.parent(target)
+            if isinstance(statement, cst.AssignTarget):
+                statement = self.ctx.parent(statement)
+            if not isinstance(statement, (cst.Assign, cst.AnnAssign)) or statement.value is None:
+                return None
+            definitions.append((target, statement.value))
+        if not definitions:
+            return None
+        verdicts = {_is_cuda_value(value) if not isinstance(value, cst.Name) else None for _, value in definitions}
+        if verdicts == {False} and all(patterns.string_value(v) is not None for _, v in definitions):
+            return False
+        if verdicts != {True}:
+            return None
+        for target, value in definitions:
+            # A name without "type" in it holds a device, not a device type: XLA101 rewrites its definition.
+            if "type" in target.value and value not in self._rewritten_definitions:
+                self._rewritten_definitions.add(value)
+                quote = "'" if isinstance(value, cst.SimpleString) and value.value.startswith("'") else '"'
+                if isinstance(value, cst.IfExp) and isinstance(value.body, cst.SimpleString):
+                    quote = "'" if value.body.value.startswith("'") else '"'
+                self.replace(value, cst.SimpleString(f"{quote}xla{quote}"),
+                             f"{target.value} = {short(value)} -> {quote}xla{quote} (the autocast device type)")
+        return True
+
+    # Autocast as a value (``partial(torch.autocast, ...)``, ``ctx = torch.cuda.amp.autocast``) --------------
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._reference(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._reference(node)
+
+    def _reference(self, node: cst.BaseExpression) -> None:
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            return
+        if isinstance(parent, (cst.ImportAlias, cst.Attribute)):
+            return
+        names = self.ctx.qualnames(node)
+        if names & {*CUDA_AMP_AUTOCASTS, *DEVICE_AUTOCASTS}:
+            self.finding(node, f"{short(node)} used as a value: it is not rewritten",
+                         f"make it the target's autocast ({self._spelled_preview()}) by hand")

@@ -1,0 +1,212 @@
+"""XLA202 grad-scaler-to-xla: the CUDA GradScaler becomes torch_xla's, or goes where the target has none.
+
+What it does:
+    Where the target has ``torch_xla.amp.GradScaler`` (the seeds' target), rewrites
+    ``torch.cuda.amp.GradScaler(...)``, ``torch.amp.GradScaler("cuda", ...)`` and their from-imports and
+    module aliases to ``torch_xla.amp.GradScaler(...)`` with the same arguments (the device argument dropped);
+    the loop's ``scaler.scale(loss).backward()``, ``unscale_``, ``step`` and ``update`` stay as they are.
+    Where it has none (``2.9``: bfloat16 autocast needs no loss scaling), the scaler assignment is removed
+    (a ``torch_xla.amp.GradScaler`` too) and its uses are rewritten: ``scaler.scale(loss)`` -> ``loss``,
+    ``scaler.unscale_(opt)`` and ``scaler.update()`` removed, ``scaler.step(opt)`` -> the target's optimizer
+    step (``xm.optimizer_step(opt)``). Anything else that touches the scaler (``state_dict()`` in a
+    checkpoint, ``load_state_dict``, ``get_scale()``, ``is_enabled()``, passing it on) is reported with its
+    line: the name no longer exists.
+
+Why:
+    ``torch.cuda.amp.GradScaler`` keeps its found-inf check and scale on the CUDA device; on XLA it would
+    force a host sync every step. ``torch_xla.amp.GradScaler`` pairs with the syncfree optimizers (XLA203)
+    to skip a step without one. torch_xla 2.9 removed its GradScaler: its AMP is bfloat16, which does not
+    underflow the way float16 does, so the scaler has nothing to do (for float16 on 2.9, torch's own
+    ``torch.amp.GradScaler("xla")`` works, with ``torch.autocast("xla", dtype=torch.float16)``).
+
+Example:
+    scaler = torch.cuda.amp.GradScaler()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+Use instead:
+    scaler = xla_amp.GradScaler()        # --target sagemaker: the loop is unchanged
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+    loss.backward()                      # --target 2.9: no scaler
+    xm.optimizer_step(optimizer)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from xla_migrate import patterns
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.amp_common import imported_from, joined, parenthesized_for_attribute, short
+
+# GradScaler(init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)
+CUDA_SCALERS = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
+# GradScaler(device="cuda", init_scale=..., ...)
+DEVICE_SCALERS = ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler")
+XLA_SCALERS = ("torch_xla.amp.GradScaler", "torch_xla.amp.grad_scaler.GradScaler")
+
+
+class GradScalerToXla(Rule):
+    code = "XLA202"
+    name = "grad-scaler-to-xla"
+    summary = "torch.cuda.amp.GradScaler -> torch_xla.amp.GradScaler; removed with its uses where the target has none"
+    fix_safety = "review"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # Removing targets: decided at the end, once every construction and use has been seen.
+        self._removed: set[str] = set()
+        self._uses: list[tuple[str, cst.Call, str]] = []  # (spelling, call, method)
+        self._handled: set[cst.CSTNode] = set()
+        self._references: list[tuple[str, cst.CSTNode]] = []
+
+    # Constructions -----------------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.ctx.qualnames(node.func)
+        if names & set(CUDA_SCALERS):
+            self._construction(node, sorted(names & set(CUDA_SCALERS))[0], device_index=None)
+        elif names & set(DEVICE_SCALERS):
+            index = self._device_index(node)
+            if index is not False:
+                self._construction(node, sorted(names & set(DEVICE_SCALERS))[0], device_index=index)
+        elif names & set(XLA_SCALERS) and not self.ctx.target.has_grad_scaler:
+            self._construction(node, sorted(names & set(XLA_SCALERS))[0], device_index=None)
+        elif not self.ctx.target.has_grad_scaler:
+            self._use(node)
+
+    def _device_index(self, node: cst.Call) -> int | None | bool:
+        """Index of the ``"cuda"`` device argument (None: defaulted to cuda); False for another device."""
+        for index, arg in enumerate(node.args):
+            if (arg.keyword is None and index == 0 and not arg.star) or (arg.keyword and arg.keyword.value == "device"):
+                return index if patterns.is_cuda_string(arg.value) else False
+        return None
+
+    def _construction(self, node: cst.Call, qualname: str, device_index: int | None) -> None:
+        dead = imported_from(self.ctx, node.func, qualname)
+        if self.ctx.target.has_grad_scaler:
+            func = cst.parse_expression(self.ctx.spell("grad_scaler"))
+
+            def to_xla(updated: cst.Call) -> cst.Call:
+                args = [a for i, a in enumerate(updated.args) if i != device_index]
+                if device_index is not None:
+                    args = joined(args) if args else []
+                return updated.with_changes(func=func, args=args)
+
+            self.replace(node, to_xla, f"{short(node)} -> {short(to_xla(node), 80)}")
+        else:
+            parent = self.ctx.parent(node)
+            target = None
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                target = parent.targets[0].target
+            elif isinstance(parent, cst.AnnAssign):
+                target = parent.target
+            spelling = patterns.dotted_name(target) if target is not None else None
+            if spelling is None or spelling not in self.ctx.facts.scalers:
+                self.finding(node, f"{short(node)}: the {self.ctx.target.name} target has no GradScaler",
+                             "remove the scaler: scale(loss) -> loss, step(opt) -> the optimizer step, "
+                             "drop unscale_() and update()")
+                return
+            self._removed.add(spelling)
+            self._handled.add(target)
+            self.remove(parent, f"removed {spelling} = {short(node)}: the {self.ctx.target.name} target has no "
+                                "GradScaler (bfloat16 autocast needs no loss scaling)")
+        if dead is not None:
+            self.import_may_be_dead(*dead)
+
+    # Uses (targets without a GradScaler) -------------------------------------------------------------------
+    def _use(self, node: cst.Call) -> None:
+        method = patterns.method_call(node, "scale", "unscale_", "step", "update")
+        if method is None:
+            return
+        spelling = patterns.dotted_name(method.value)
+        if spelling is None or spelling not in self.ctx.facts.scalers:
+            return
+        self._uses.append((spelling, node, method.attr.value))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._reference(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._reference(node)
+
+    def _reference(self, node: cst.BaseExpression) -> None:
+        if self.ctx.target.has_grad_scaler:
+            return
+        spelling = patterns.dotted_name(node)
+        if spelling is not None and spelling in self.ctx.facts.scalers:
+            self._references.append((spelling, node))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self.ctx.target.has_grad_scaler:
+            return
+        for spelling, node, method in self._uses:
+            if spelling in self._removed and self._rewrite_use(node, method):
+                self._handled.add(node.func.value)
+        for spelling, node in self._references:
+            if spelling in self._removed and node not in self._handled:
+                self._report(node)
+
+    def _rewrite_use(self, node: cst.Call, method: str) -> bool:
+        args = node.args
+        positional = patterns.positional(node)
+        if method == "scale" and len(args) == 1 and len(positional) == 1:
+            parent = self.ctx.parent(node)
+            needs_parens = isinstance(parent, (cst.Attribute, cst.Subscript)) or (
+                isinstance(parent, cst.Call) and parent.func is node)
+
+            def unscaled(updated: cst.Call) -> cst.BaseExpression:
+                value = updated.args[0].value
+                value = parenthesized_for_attribute(value) if needs_parens else value
+                return value.with_changes(lpar=[*updated.lpar, *value.lpar], rpar=[*value.rpar, *updated.rpar])
+
+            self.replace(node, unscaled, f"{short(node)} -> {short(positional[0].value)} (no loss scaling)")
+            return True
+        if method in ("unscale_", "update"):
+            statement = self.ctx.parent(node)
+            if isinstance(statement, cst.Expr):
+                self._remove_statement(statement, f"removed {short(node)}: no GradScaler on this target")
+                return True
+            return False
+        if method == "step" and len(args) == 1 and len(positional) == 1:
+            step = cst.parse_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))
+            assert isinstance(step, cst.Call)
+
+            def optimizer_step(updated: cst.Call) -> cst.Call:
+                first = step.args[0].with_changes(value=updated.args[0].value)
+                return step.with_changes(args=[first, *step.args[1:]], lpar=updated.lpar, rpar=updated.rpar)
+
+            self.replace(node, optimizer_step, f"{short(node)} -> {short(step)}")
+            return True
+        return False
+
+    def _remove_statement(self, statement: cst.Expr, message: str) -> None:
+        """Remove ``statement``; an ``if`` left with nothing to do (``if clip: scaler.unscale_(opt)``) goes
+        with it when its test has no side effects."""
+        line = self.ctx.parent(statement)
+        owner = None
+        if isinstance(line, cst.SimpleStatementSuite) and len(line.body) == 1:
+            owner = self.ctx.parent(line)
+        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            block = self.ctx.parent(line)
+            if isinstance(block, cst.IndentedBlock) and len(block.body) == 1:
+                owner = self.ctx.parent(block)
+        if (isinstance(owner, cst.If) and owner.orelse is None
+                and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))
+                and not m.findall(owner.test, m.Call() | m.Await() | m.NamedExpr() | m.Yield())):
+            self.remove(owner, f"{message} (with the `if` around it)")
+        else:
+            self.remove(statement, message)
+
+    def _report(self, node: cst.CSTNode) -> None:
+        parent = self.ctx.parent(node)
+        shown = parent if isinstance(parent, cst.Attribute) and isinstance(self.ctx.parent(parent), cst.Call) else node
+        if shown is not node:
+            shown = self.ctx.parent(shown)
+        self.finding(node, f"{short(shown)}: the GradScaler is removed on the {self.ctx.target.name} target",
+                     "remove this use (a checkpoint's scaler state is not needed); for float16 on torch_xla 2.9 "
+                     "keep a torch.amp.GradScaler('xla') instead")
