@@ -41,7 +41,8 @@ class EditApplier(cst.CSTTransformer):
             else:
                 result = factory(updated)
                 changed = True
-        if isinstance(original, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        if isinstance(original, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and any(
+                o in self.edits.remove for o in original.body):
             kept = [s for o, s in zip(original.body, result.body) if o not in self.edits.remove]
             if not kept and isinstance(original, cst.SimpleStatementLine):
                 self.edits.remove.add(original)
