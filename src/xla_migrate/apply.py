@@ -80,7 +80,7 @@ class EditApplier(cst.CSTTransformer):
                 changed = True
             else:
                 if carried:
-                    new = new.with_changes(leading_lines=[*carried, *new.leading_lines])
+                    new = new.with_changes(leading_lines=[*_merge_blank_lines(carried, new), *new.leading_lines])
                     carried = []
                 body.append(new)
             for inserted in self.edits.after.get(old, ()):
@@ -105,6 +105,16 @@ class EditApplier(cst.CSTTransformer):
             f"not applied: overlaps another edit{other}: {change.message}",
             "apply this change by hand",
         ))
+
+
+def _merge_blank_lines(carried: list[cst.EmptyLine], statement: cst.BaseStatement) -> list[cst.EmptyLine]:
+    """The carried lines of removed statements to put before ``statement``: when they are only blank
+    lines and ``statement`` already starts with blank lines, just enough to keep the larger gap (removing
+    the one statement between two gaps leaves one gap, not their sum)."""
+    if any(line.comment is not None for line in carried):
+        return carried
+    own = len(_leading_blank_lines(statement))
+    return carried[: max(0, len(carried) - own)] if own else carried
 
 
 def _leading_blank_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
