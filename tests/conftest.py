@@ -5,3 +5,19 @@ ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT / "tests", ROOT / "tools"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
+
+
+# Property-test budgets: `dev` while working, `ci` in CI (fixed seed, bounded time), `nightly` for long runs.
+# Choose one with pytest's --hypothesis-profile NAME.
+try:
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    _common = {"deadline": None, "suppress_health_check": list(HealthCheck), "print_blob": True}
+    settings.register_profile("dev", max_examples=200, **_common)
+    settings.register_profile("ci", max_examples=2000, derandomize=True, **_common)
+    settings.register_profile("nightly", max_examples=50_000, **_common)
+    settings.load_profile("ci" if os.environ.get("CI") else "dev")
+except ImportError:  # hypothesis comes with the test extra; without it the property tests fail to import
+    pass

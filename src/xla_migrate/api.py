@@ -127,11 +127,13 @@ def migrate(
     if isinstance(module, InputError):
         result.error = module
         return result
-    result.source = result.code = module.code
+    result.source = result.code = data.decode(module.encoding)
     result.encoding = module.encoding
     output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore))
-    result.code = output.code
-    result.output_bytes = output.output_bytes
+    # Untouched input is returned as it came, even where libcst would not reprint it byte for byte.
+    if output.code != module.code:
+        result.code = output.code
+        result.output_bytes = output.output_bytes
     result.changes = output.changes
     result.findings = output.findings
     result.releases = runs_on(target_spec, output.concepts) if output.concepts else runs_on(
