@@ -12,19 +12,21 @@ _ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cs
           cst.List, cst.Tuple, cst.Dict, cst.Set, cst.FormattedString, cst.ConcatenatedString)
 
 
-def imported_from(ctx: MigrationContext, func: cst.BaseExpression, qualname: str) -> tuple[str, str | None] | None:
-    """The import that binds ``func`` (``GradScaler`` after ``from torch.cuda.amp import GradScaler`` ->
-    ("torch.cuda.amp", "GradScaler"); ``amp.GradScaler`` after ``import torch.cuda.amp as amp`` ->
-    ("torch.cuda.amp", None)), so a rule can mark it as possibly dead. None for ``torch.cuda.amp.X``."""
+def imported_from(ctx: MigrationContext, func: cst.BaseExpression, qualname: str) -> list[tuple[str, str | None]]:
+    """The imports that may bind ``func`` (``GradScaler`` after ``from torch.cuda.amp import GradScaler`` ->
+    ("torch.cuda.amp", "GradScaler"); ``amp.GradScaler`` after ``import torch.cuda.amp as amp`` or
+    ``from torch.cuda import amp``), so a rule can mark them as possibly dead: an import is removed only when
+    nothing uses it any more. Empty for ``torch.cuda.amp.X``, whose ``import torch`` stays."""
     if isinstance(func, cst.Name):
         module, _, name = qualname.rpartition(".")
-        return (module, name) if module else None
+        return [(module, name)] if module else []
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
         base = func.value.value
         for module in ctx.qualnames(func.value):
             if module != base and "." in module:
-                return module, None
-    return None
+                parent, _, name = module.rpartition(".")
+                return [(module, None), (parent, name)]
+    return []
 
 
 def parenthesized_for_attribute(node: cst.BaseExpression) -> cst.BaseExpression:

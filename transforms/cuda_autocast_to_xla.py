@@ -133,8 +133,7 @@ class CudaAutocastToXla(Rule):
                 if not written.endswith(wanted):
                     note = f" (dtype {written} -> {wanted}: the target's AMP dtype)"
         self.replace(node, to_xla, f"{short(node)} -> {short(preview, 80)}{note}")
-        dead = imported_from(ctx, node.func, qualname)
-        if dead is not None:
+        for dead in imported_from(ctx, node.func, qualname):
             self.import_may_be_dead(*dead)
 
     # Device types ------------------------------------------------------------------------------------------

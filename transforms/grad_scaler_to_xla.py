@@ -115,8 +115,8 @@ class GradScalerToXla(Rule):
             self._handled.add(target)
             self.remove(parent, f"removed {spelling} = {short(node)}: the {self.ctx.target.name} target has no "
                                 "GradScaler (bfloat16 autocast needs no loss scaling)")
-        if dead is not None:
-            self.import_may_be_dead(*dead)
+        for module, name in dead:
+            self.import_may_be_dead(module, name)
 
     # Uses (targets without a GradScaler) -------------------------------------------------------------------
     def _use(self, node: cst.Call) -> None:

@@ -1,0 +1,89 @@
+"""XLA204 optimizer-step-to-xla: optimizer.step() becomes the target's optimizer step.
+
+What it does:
+    Rewrites ``optimizer.step()`` to ``xm.optimizer_step(optimizer)`` for every optimizer the script holds:
+    names and ``self`` attributes bound to a ``torch.optim`` (or syncfree) optimizer, function parameters
+    named ``optimizer``, ``opt`` or ``*_optimizer``, and names that say so (``optimizer``,
+    ``self.g_optimizer``). A closure (``optimizer.step(closure)``) travels as
+    ``optimizer_args={"closure": closure}``. ``scheduler.step()``, ``scaler.step(optimizer)`` and any other
+    ``.step()`` are left alone: with a GradScaler the scaler makes the step (XLA202 rewrites it where the
+    target has no scaler). A direct ``optimizer.step()`` in an AMP script (bfloat16 autocast without a
+    scaler, or the unscaled branch of a script) is rewritten too: it is an unscaled step like any other.
+
+Why:
+    ``xm.optimizer_step`` all-reduces the gradients across replicas before stepping (a no-op on one device),
+    so the same script runs on one device or many; it is the step the seeds' recipe and pytorch/xla's
+    examples use.
+
+Example:
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+
+Use instead:
+    loss.backward()
+    xm.optimizer_step(optimizer)
+    scheduler.step()
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.facts import is_optimizer_param_name
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.amp_common import short
+
+
+def _named_like_optimizer(spelling: str) -> bool:
+    last = spelling.rsplit(".", 1)[-1]
+    return last == "optimizer" or last.endswith("_optimizer")
+
+
+class OptimizerStepToXla(Rule):
+    code = "XLA204"
+    name = "optimizer-step-to-xla"
+    summary = "optimizer.step() -> xm.optimizer_step(optimizer) for every optimizer (never scheduler or scaler steps)"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        method = patterns.method_call(node, "step")
+        if method is None:
+            return
+        spelling = patterns.dotted_name(method.value)
+        if spelling is None or not self._is_optimizer(spelling, method.value):
+            return
+        closure = self._closure(node)
+        if closure is False:
+            self.finding(node, f"{short(node)}: a step with arguments other than a closure is not rewritten",
+                         "call xm.optimizer_step(optimizer, optimizer_args={...}) by hand")
+            return
+        extra = f", optimizer_args={{\"closure\": {patterns.code_of(closure)}}}" if closure is not None else ""
+        step = cst.parse_expression(self.ctx.spell("optimizer_step", spelling + extra))
+        assert isinstance(step, cst.Call)
+
+        def optimizer_step(updated: cst.Call) -> cst.Call:
+            receiver = updated.func.value if isinstance(updated.func, cst.Attribute) else method.value
+            first = step.args[0].with_changes(value=receiver)
+            return step.with_changes(args=[first, *step.args[1:]], lpar=updated.lpar, rpar=updated.rpar)
+
+        self.replace(node, optimizer_step, f"{short(node)} -> {short(step, 80)}")
+
+    def _is_optimizer(self, spelling: str, receiver: cst.BaseExpression) -> bool:
+        facts = self.ctx.facts
+        if spelling in facts.scalers or spelling in facts.loaders:
+            return False
+        if spelling in facts.optimizers or _named_like_optimizer(spelling):
+            return True
+        if isinstance(receiver, cst.Name) and is_optimizer_param_name(spelling):
+            return any(spelling in facts.optimizer_params.get(scope, ()) for scope in self.ctx.visible_scopes(receiver))
+        return False
+
+    def _closure(self, node: cst.Call) -> cst.BaseExpression | None | bool:
+        """The closure argument; None without arguments; False for anything else."""
+        if not node.args:
+            return None
+        if len(node.args) == 1 and not node.args[0].star and (
+                node.args[0].keyword is None or node.args[0].keyword.value == "closure"):
+            return node.args[0].value
+        return False
