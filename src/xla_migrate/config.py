@@ -1,0 +1,112 @@
+"""``[tool.xla-migrate]`` in pyproject.toml: found by walking up from the (first) input, or named with
+``--config``. Flags on the command line win over it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .targets import DEFAULT_TARGET
+
+KEYS = ("target", "select", "ignore", "exclude", "distributed")
+
+
+class ConfigError(Exception):
+    """One line: which file, which key, what is wrong."""
+
+
+@dataclass
+class Settings:
+    target: str = DEFAULT_TARGET
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)  # gitignore patterns, relative to config_dir
+    distributed: bool | None = None  # reserved for the XLA4xx distributed rules; validated, no effect yet
+    config_path: Path | None = None
+    config_dir: Path | None = None
+    cli_exclude: list[str] = field(default_factory=list)
+
+
+def _load_toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+
+
+def _has_section(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if b"xla-migrate" not in data:  # cheap: most pyproject.toml files on the way up are not ours
+        return False
+    try:
+        return "xla-migrate" in _load_toml(path).get("tool", {})
+    except ConfigError:
+        return True  # ours, but broken: load_config says why
+
+
+def find_config(inputs: list[str]) -> Path | None:
+    """The nearest pyproject.toml with a ``[tool.xla-migrate]`` table above the first input (or here)."""
+    start = inputs[0] if inputs and inputs[0] != "-" else "."
+    folder = Path(os.path.abspath(start))
+    if not folder.is_dir():
+        folder = folder.parent
+    while not folder.is_dir():  # a glob: start from the folder it names
+        folder = folder.parent
+    for candidate in (folder, *folder.parents):
+        path = candidate / "pyproject.toml"
+        if path.is_file() and _has_section(path):
+            return path
+    return None
+
+
+def _codes(path: Path, key: str, value) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path}: [tool.xla-migrate] {key} must be a list of strings")
+    return [code.strip() for v in value for code in v.split(",") if code.strip()]
+
+
+def load_config(path: Path) -> Settings:
+    table = _load_toml(path).get("tool", {}).get("xla-migrate")
+    settings = Settings(config_path=path, config_dir=Path(os.path.abspath(path)).parent)
+    if table is None:
+        return settings
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.xla-migrate] must be a table")
+    unknown = sorted(set(table) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.xla-migrate]: "
+                          f"{', '.join(unknown)} (known: {', '.join(KEYS)})")
+    if "target" in table:
+        if not isinstance(table["target"], (str, float, int)) or isinstance(table["target"], bool):
+            raise ConfigError(f"{path}: [tool.xla-migrate] target must be a string such as \"2.9\"")
+        settings.target = str(table["target"])
+    for key in ("select", "ignore", "exclude"):
+        if key in table:
+            value = table[key]
+            if key == "exclude":
+                value = [value] if isinstance(value, str) else value
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ConfigError(f"{path}: [tool.xla-migrate] exclude must be a list of strings")
+                settings.exclude = list(value)
+            else:
+                setattr(settings, key, _codes(path, key, value))
+    if "distributed" in table:
+        if not isinstance(table["distributed"], bool):
+            raise ConfigError(f"{path}: [tool.xla-migrate] distributed must be true or false")
+        settings.distributed = table["distributed"]
+    return settings

@@ -1,0 +1,341 @@
+"""Many files in one run: finding them (directories, globs, ``.gitignore``, ``--exclude``), the cheap
+pre-filter, and migrating them in worker processes, one parse per file.
+
+Workers read, migrate and write their own files (nothing big travels between processes except the diff
+when one is asked for); the CLI prints what they report in sorted path order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# A file that mentions none of these is not parsed at all: nothing in it can need migrating. The one place
+# the list lives; keep it a superset of what any rule looks for.
+TRIGGERS = ("cuda", "torch", "Trainer", "nccl", "accelerate", "autocast", "GradScaler", "apex")
+TRIGGER_RE = re.compile("|".join(re.escape(t) for t in TRIGGERS).encode())
+
+PYTHON_SUFFIXES = (".py",)
+NOTEBOOK_SUFFIXES = (".ipynb",)
+GLOB_CHARS = re.compile(r"[*?\[]")
+ALWAYS_SKIPPED_DIRS = {".git", ".hg", ".svn"}
+
+
+def mentions_a_trigger(data: bytes) -> bool:
+    return TRIGGER_RE.search(data) is not None
+
+
+def kind_of(path: str) -> str:
+    if path.endswith(NOTEBOOK_SUFFIXES):
+        return "notebook"
+    if path.endswith(PYTHON_SUFFIXES):
+        return "python"
+    return "other"
+
+
+class DiscoveryError(Exception):
+    """A path on the command line that names nothing."""
+
+
+# Finding files ---------------------------------------------------------------------------------------------
+class Ignorer:
+    """``.gitignore`` files (from the repository root, or the walked folder outside a repository, down) and
+    ``--exclude``/config patterns, with gitignore semantics (a deeper file and a later line win)."""
+
+    def __init__(self, use_gitignore: bool, excludes: list[tuple[Path | None, list[str]]]):
+        from pathspec import GitIgnoreSpec
+
+        self.use_gitignore = use_gitignore
+        self._gitignores: dict[Path, object] = {}
+        # (base folder or None for "relative to the walked root", spec)
+        self.excludes = [(base, GitIgnoreSpec.from_lines(lines)) for base, lines in excludes if lines]
+
+    def _gitignore(self, folder: Path):
+        if folder not in self._gitignores:
+            spec = None
+            ignore_file = folder / ".gitignore"
+            if ignore_file.is_file():
+                from pathspec import GitIgnoreSpec
+
+                try:
+                    spec = GitIgnoreSpec.from_lines(ignore_file.read_text(errors="replace").splitlines())
+                except Exception:  # a malformed pattern: ignore that file, as git would ignore the line
+                    spec = None
+            self._gitignores[folder] = spec
+        return self._gitignores[folder]
+
+    def excluded_by_pattern(self, path: Path, root: Path, is_dir: bool) -> bool:
+        suffix = "/" if is_dir else ""
+        for base, spec in self.excludes:
+            base = base or root
+            try:
+                rel = path.relative_to(base).as_posix()
+            except ValueError:
+                if base is not root:
+                    continue
+                rel = path.as_posix().lstrip("/")  # a named file outside the folder: its whole path
+            if rel != "." and spec.match_file(rel + suffix):
+                return True
+        return False
+
+    def excluded(self, path: Path, root: Path, is_dir: bool) -> bool:
+        """``path`` and ``root`` absolute (not resolved); ``root`` is the folder being walked."""
+        if self.excluded_by_pattern(path, root, is_dir):
+            return True
+        suffix = "/" if is_dir else ""
+        if not self.use_gitignore:
+            return False
+        top = _repo_root(root) or root
+        try:
+            parts = path.relative_to(top).parts
+        except ValueError:
+            return False
+        verdict = None
+        folder = top
+        for depth in range(len(parts)):
+            spec = self._gitignore(folder)
+            if spec is not None:
+                result = spec.check_file("/".join(parts[depth:]) + suffix).include
+                if result is not None:
+                    verdict = result
+            folder = folder / parts[depth]
+        return bool(verdict)
+
+
+_REPO_ROOTS: dict[Path, Path | None] = {}
+
+
+def _repo_root(folder: Path) -> Path | None:
+    if folder not in _REPO_ROOTS:
+        found = None
+        for candidate in (folder, *folder.parents):
+            if (candidate / ".git").exists():
+                found = candidate
+                break
+        _REPO_ROOTS[folder] = found
+    return _REPO_ROOTS[folder]
+
+
+@dataclass(frozen=True)
+class Found:
+    path: str  # as the user will see it: the input joined with the path below it
+    rel: str | None  # below the walked folder (for a mirror), None for a file named on the command line
+    explicit: bool  # named on the command line (migrated whatever its suffix)
+
+
+def walk(root: str, ignorer: Ignorer, skip: set[str] = frozenset(), pattern=None) -> list[Found]:
+    """Every file below ``root`` not ignored; symlinked folders followed once each (no loops)."""
+    root_abs = Path(os.path.abspath(root))
+    seen: set[tuple[int, int]] = set()
+    found: list[Found] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        here = Path(os.path.abspath(dirpath))
+        keep = []
+        for name in sorted(dirnames):
+            child = here / name
+            if name in ALWAYS_SKIPPED_DIRS or os.path.realpath(child) in skip:
+                continue
+            if ignorer.excluded(child, root_abs, is_dir=True):
+                continue
+            keep.append(name)
+        dirnames[:] = keep
+        for name in filenames:
+            child = here / name
+            if ignorer.excluded(child, root_abs, is_dir=False):
+                continue
+            rel = child.relative_to(root_abs).as_posix()
+            if pattern is not None and not pattern.match_file(rel):
+                continue
+            found.append(Found(os.path.join(root, rel) if root not in (".", "./") else rel, rel, False))
+    return found
+
+
+def discover(specs: list[str], ignorer: Ignorer, skip: set[str] = frozenset()) -> list[Found]:
+    """Expand the ``--in`` paths: files as they are, folders walked, globs matched (``**`` for any depth)."""
+    found: list[Found] = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found += walk(spec, ignorer, skip)
+        elif os.path.lexists(spec):
+            if not ignorer.excluded_by_pattern(Path(os.path.abspath(spec)), Path(os.getcwd()), is_dir=False):
+                found.append(Found(spec, None, True))
+        elif GLOB_CHARS.search(spec):
+            found += _glob(spec, ignorer, skip)
+        else:
+            raise DiscoveryError(f"{spec}: no such file or directory")
+    return found
+
+
+def _glob(spec: str, ignorer: Ignorer, skip: set[str]) -> list[Found]:
+    from pathspec import GitIgnoreSpec
+
+    parts = spec.split("/")
+    index = next(i for i, part in enumerate(parts) if GLOB_CHARS.search(part))
+    base = "/".join(parts[:index]) or ("/" if spec.startswith("/") else ".")
+    rest = "/".join(parts[index:])
+    if not os.path.isdir(base):
+        raise DiscoveryError(f"{spec}: no files match")
+    pattern = GitIgnoreSpec.from_lines(["/" + rest])
+    matches = [Found(f.path, None, True) for f in walk(base, ignorer, skip, pattern)]
+    if not matches:
+        raise DiscoveryError(f"{spec}: no files match")
+    return matches
+
+
+# Migrating one file (in a worker) ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Options:
+    target: str
+    select: list[str] | None
+    ignore: list[str] | None
+    write: bool  # write outputs (a mirror or in place); False for --diff/--check
+    copy_others: bool  # a mirror copies what it does not change (not with --only-changed)
+    want_diff: bool
+
+
+@dataclass(frozen=True)
+class Task:
+    path: str
+    kind: str  # python, notebook, other
+    out_path: str | None  # the mirror's file; None in place or for a dry run
+    in_place: bool = False
+
+
+@dataclass
+class Outcome:
+    path: str
+    kind: str
+    out_path: str | None = None
+    parsed: bool = False
+    changed: bool = False
+    written: bool = False
+    error: str | None = None  # "path:line:col: message"
+    changes: list = field(default_factory=list)  # (label, Change)
+    findings: list = field(default_factory=list)  # (label, Finding)
+    diff: bytes = b""
+    releases: tuple | None = None
+    target: str = ""
+
+
+_OPTIONS: Options | None = None
+
+
+def init_worker(options: Options) -> None:
+    global _OPTIONS
+    _OPTIONS = options
+
+
+def process_chunk(tasks: list[Task]) -> list[Outcome]:
+    return [process(task, _OPTIONS) for task in tasks]
+
+
+def process(task: Task, options: Options) -> Outcome:
+    outcome = Outcome(task.path, task.kind, task.out_path, target=options.target)
+    try:
+        data = Path(task.path).read_bytes()
+    except OSError as error:
+        outcome.error = f"{task.path}: cannot read: {error.strerror or error}"
+        return outcome
+    output = data
+    if task.kind == "python" and mentions_a_trigger(data):
+        output = _migrate_python(task, data, options, outcome)
+    elif task.kind == "notebook":
+        from .notebooks import migrate_notebook
+
+        output = migrate_notebook(task, data, options, outcome)
+    if outcome.error is not None:
+        output = data  # a mirror keeps the file as it was; in place nothing is written
+    outcome.changed = output != data
+    if options.write:
+        try:
+            if task.in_place:
+                if outcome.changed:
+                    from .files import write_atomically
+
+                    write_atomically(Path(os.path.realpath(task.path)), output)
+                    outcome.written = True
+            elif task.out_path is not None and (outcome.changed or options.copy_others):
+                _write_mirror(Path(task.out_path), output, Path(task.path))
+                outcome.written = True
+        except OSError as error:
+            where = task.path if task.in_place else task.out_path
+            outcome.error = f"{where}: cannot write: {error.strerror or error}"
+    return outcome
+
+
+def _write_mirror(path: Path, data: bytes, source: Path) -> None:
+    from .files import write_atomically
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, data, mode_from=source)
+
+
+def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome) -> bytes:
+    from .api import migrate
+
+    result = migrate(data, target=options.target, select=options.select, ignore=options.ignore,
+                     path=task.path, out_path=task.out_path or task.path)
+    outcome.parsed = True
+    if result.error is not None:
+        outcome.error = result.error.format(task.path)
+        return data
+    outcome.target = result.target
+    outcome.changes = [(f"{task.path}:{c.line}:{c.column}", c) for c in result.changes]
+    outcome.findings = [(f"{task.path}:{f.line}:{f.column}", f) for f in result.findings]
+    if result.changed:
+        outcome.releases = result.releases
+        if options.want_diff:
+            outcome.diff = result.diff.encode("utf-8" if result.encoding == "utf-8-sig" else result.encoding)
+    return result.output_bytes
+
+
+# Running many ------------------------------------------------------------------------------------------------
+def run_all(tasks: list[Task], options: Options, jobs: int, progress=None) -> list[Outcome]:
+    """Migrate every task; ``jobs`` worker processes (1: in this process). Sorted by path."""
+    parse_work = [t for t in tasks if t.kind != "other"]
+    jobs = max(1, min(jobs, len(parse_work)))
+    outcomes: list[Outcome] = []
+    if jobs == 1:
+        for task in tasks:
+            outcomes.append(process(task, options))
+            if progress:
+                progress(1)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # Interleave big and small files so chunks cost about the same.
+        order = sorted(tasks, key=lambda t: _size(t.path), reverse=True)
+        count = max(jobs, min(len(order), jobs * 8))  # several chunks a worker: the last ones even out
+        chunks = [order[i::count] for i in range(count)]
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+        context = multiprocessing.get_context(method)
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=init_worker,
+                                 initargs=(options,)) as pool:
+            futures = [pool.submit(process_chunk, c) for c in chunks]
+            if progress:
+                progress(0, start=True)
+            for future in as_completed(futures):
+                done = future.result()
+                outcomes += done
+                if progress:
+                    progress(len(done))
+    return sorted(outcomes, key=lambda o: o.path)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

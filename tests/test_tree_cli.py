@@ -1,0 +1,307 @@
+"""Whole trees through the CLI: mirrors, in place, diffs and checks over many files, .gitignore and
+--exclude, globs, bad files among good ones, symlink loops, parallel workers and the pre-filter."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, run_cli, tree_snapshot
+from typer.testing import CliRunner
+
+from xla_migrate import cli, migrate
+
+runner = CliRunner()
+SYNTAX_ERROR = b"import torch\n\ndef f(:\n    pass\n"
+LATIN1 = 'import torch\nx = "caf\u00e9".cuda()\n'.encode("latin-1")
+OTHER_CUDA = "import torch\n\ndef load(x):\n    return x.cuda()\n"
+
+
+def invoke(*args: str):
+    return runner.invoke(cli.app, list(args))
+
+
+def migrated(source: str | bytes, **kw) -> bytes:
+    return migrate(source, **kw).output_bytes
+
+
+@pytest.fixture
+def project(tmp_path):
+    """src/ with CUDA scripts, an unchanged one, a README, an ignored folder and two broken files."""
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "build").mkdir()
+    (src / "train.py").write_text(CUDA_SCRIPT)
+    (src / "pkg" / "model.py").write_text(OTHER_CUDA)
+    (src / "pkg" / "clean.py").write_text(NO_CUDA_SCRIPT)
+    (src / "README.md").write_text("# readme\n")
+    (src / "build" / "generated.py").write_text(CUDA_SCRIPT)
+    (src / ".gitignore").write_text("build/\n")
+    return src
+
+
+@pytest.fixture
+def broken(project):
+    (project / "pkg" / "bad_syntax.py").write_bytes(SYNTAX_ERROR)
+    (project / "pkg" / "latin.py").write_bytes(LATIN1)
+    return project
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+# --in DIR --out DIR ------------------------------------------------------------------------------------------
+def test_mirror_writes_migrated_scripts_and_copies_the_rest(project, tmp_path):
+    before = tree_snapshot(project)
+    out = tmp_path / "out"
+    result = invoke("--in", str(project), "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert tree_snapshot(out) == {
+        ".gitignore": b"build/\n",
+        "README.md": b"# readme\n",
+        "train.py": migrated(CUDA_SCRIPT),
+        "pkg/model.py": migrated(OTHER_CUDA),
+        "pkg/clean.py": NO_CUDA_SCRIPT.encode(),
+    }  # build/ is ignored by .gitignore: neither migrated nor copied
+    assert tree_snapshot(project) == before
+    assert "3 files: 2 changed" in result.stderr and result.stdout == ""
+
+
+def test_mirror_only_changed(project, tmp_path):
+    out = tmp_path / "out"
+    result = invoke("--in", str(project), "--out", str(out), "--only-changed")
+    assert result.exit_code == 0
+    assert sorted(tree_snapshot(out)) == ["pkg/model.py", "train.py"]
+
+
+def test_mirror_keeps_the_file_mode(project, tmp_path):
+    os.chmod(project / "train.py", 0o755)
+    invoke("--in", str(project), "--out", str(tmp_path / "out"))
+    assert (tmp_path / "out" / "train.py").stat().st_mode & 0o777 == 0o755
+
+
+def test_no_gitignore_and_exclude(project, tmp_path):
+    result = invoke("--in", str(project), "--out", str(tmp_path / "a"), "--no-gitignore", "--exclude", "pkg/",
+                    "--exclude", "*.md")
+    assert result.exit_code == 0
+    assert sorted(tree_snapshot(tmp_path / "a")) == [".gitignore", "build/generated.py", "train.py"]
+    assert (tmp_path / "a" / "build" / "generated.py").read_bytes() == migrated(CUDA_SCRIPT)
+
+
+def test_out_folder_inside_the_input_is_not_walked(project):
+    result = invoke("--in", str(project), "--out", str(project / "xla"))
+    assert result.exit_code == 0
+    assert (project / "xla" / "train.py").read_bytes() == migrated(CUDA_SCRIPT)
+    again = invoke("--in", str(project), "--out", str(project / "xla"))
+    assert again.exit_code == 0 and not (project / "xla" / "xla").exists()
+
+
+def test_gitignore_from_the_repository_root_applies(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".gitignore").write_text("legacy_*.py\n")
+    (repo / "code").mkdir()
+    (repo / "code" / "legacy_train.py").write_text(CUDA_SCRIPT)
+    (repo / "code" / "train.py").write_text(CUDA_SCRIPT)
+    result = invoke("--in", str(repo / "code"), "--in-place")
+    assert result.exit_code == 0
+    assert (repo / "code" / "legacy_train.py").read_text() == CUDA_SCRIPT
+    assert (repo / "code" / "train.py").read_bytes() == migrated(CUDA_SCRIPT)
+
+
+# Bad files among good ones -----------------------------------------------------------------------------------
+def test_bad_files_are_reported_and_the_others_still_migrate(broken, tmp_path):
+    out = tmp_path / "out"
+    result = invoke("--in", str(broken), "--out", str(out))
+    assert result.exit_code == 2
+    assert error_lines(result.stderr) == [
+        f"error: {broken}/pkg/bad_syntax.py:3:7: cannot parse: invalid syntax",
+        f"error: {broken}/pkg/latin.py:2:9: not valid utf-8: byte 0xe9 cannot be decoded",
+    ]
+    assert (out / "train.py").read_bytes() == migrated(CUDA_SCRIPT)
+    assert (out / "pkg" / "model.py").read_bytes() == migrated(OTHER_CUDA)
+    # A mirror keeps a file it cannot migrate as it was, so the tree stays whole.
+    assert (out / "pkg" / "bad_syntax.py").read_bytes() == SYNTAX_ERROR
+    assert (out / "pkg" / "latin.py").read_bytes() == LATIN1
+
+
+def test_in_place_rewrites_only_what_changes(broken):
+    clean = broken / "pkg" / "clean.py"
+    os.utime(clean, (1_000_000, 1_000_000))
+    result = invoke("--in", str(broken), "--in-place")
+    assert result.exit_code == 2
+    assert len(error_lines(result.stderr)) == 2
+    assert (broken / "train.py").read_bytes() == migrated(CUDA_SCRIPT)
+    assert (broken / "pkg" / "model.py").read_bytes() == migrated(OTHER_CUDA)
+    assert clean.stat().st_mtime == 1_000_000
+    assert (broken / "pkg" / "bad_syntax.py").read_bytes() == SYNTAX_ERROR
+    assert (broken / "pkg" / "latin.py").read_bytes() == LATIN1
+    assert (broken / "build" / "generated.py").read_text() == CUDA_SCRIPT  # ignored
+    assert not list(broken.rglob("*.tmp"))
+
+
+def test_in_place_through_a_symlink_keeps_the_link(tmp_path):
+    real = tmp_path / "real.py"
+    real.write_text(CUDA_SCRIPT)
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "link.py").symlink_to(real)
+    assert invoke("--in", str(folder), "--in-place").exit_code == 0
+    assert (folder / "link.py").is_symlink()
+    assert real.read_bytes() == migrated(CUDA_SCRIPT)
+
+
+# --diff and --check over trees -------------------------------------------------------------------------------
+def test_tree_diff_is_one_patch_git_applies(broken, tmp_path):
+    before = tree_snapshot(broken)
+    done = run_cli("--in", "src", "--diff", cwd=tmp_path, env={"NO_COLOR": "1"})
+    assert done.returncode == 2  # the two bad files
+    assert tree_snapshot(broken) == before
+    patch = done.stdout
+    assert patch.count(b"diff --git ") == 2
+    assert patch.index(b"a/src/pkg/model.py") < patch.index(b"a/src/train.py")  # sorted
+    (tmp_path / "p.diff").write_bytes(patch)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    applied = subprocess.run(["git", "apply", "p.diff"], cwd=tmp_path, capture_output=True)
+    assert applied.returncode == 0, applied.stderr
+    assert (broken / "train.py").read_bytes() == migrated(CUDA_SCRIPT)
+    assert (broken / "pkg" / "model.py").read_bytes() == migrated(OTHER_CUDA)
+
+
+def test_mirror_diff_describes_copies(project, tmp_path):
+    result = invoke("--in", str(project), "--out", str(tmp_path / "out"), "--diff")
+    assert result.exit_code == 0
+    assert not (tmp_path / "out").exists()
+    rel = str(project).lstrip("/")
+    assert f"copy from {rel}/train.py\ncopy to {str(tmp_path).lstrip('/')}/out/train.py" in result.stdout
+
+
+def test_tree_diff_file(project, tmp_path):
+    result = invoke("--in", str(project), "--diff-file", str(tmp_path / "all.diff"))
+    assert result.exit_code == 0
+    text = (tmp_path / "all.diff").read_text()
+    assert text == (migrate(OTHER_CUDA, path=f"{project}/pkg/model.py").diff
+                    + migrate(CUDA_SCRIPT, path=f"{project}/train.py").diff)
+
+
+def test_tree_check_exit_codes(project, tmp_path):
+    before = tree_snapshot(project)
+    assert invoke("--in", str(project), "--check").exit_code == 1
+    assert tree_snapshot(project) == before
+    assert invoke("--in", str(project / "pkg" / "clean.py"), str(project / "README.md"), "--check").exit_code == 0
+    (project / "pkg" / "bad.py").write_bytes(SYNTAX_ERROR)
+    assert invoke("--in", str(project), "--check").exit_code == 2  # an error wins over changes
+
+
+# Several inputs, globs ---------------------------------------------------------------------------------------
+def test_several_inputs_and_globs(project, tmp_path):
+    extra = tmp_path / "extra.py"
+    extra.write_text(CUDA_SCRIPT)
+    result = invoke("--in", f"{project}/**/model.py", str(extra), "--in-place")
+    assert result.exit_code == 0, result.stderr
+    assert extra.read_bytes() == migrated(CUDA_SCRIPT)
+    assert (project / "pkg" / "model.py").read_bytes() == migrated(OTHER_CUDA)
+    assert (project / "train.py").read_text() == CUDA_SCRIPT  # not matched by the glob
+    assert "2 files: 2 changed" in result.stderr
+
+
+def test_glob_depth_follows_the_pattern(project):
+    result = invoke("--in", f"{project}/*.py", "--check")
+    assert result.exit_code == 1 and "1 file: 1 would change" in result.stderr
+
+
+def test_repeated_in_and_the_same_file_twice(project):
+    path = str(project / "train.py")
+    result = invoke("--in", path, "--in", path, "--in-place")
+    assert result.exit_code == 0 and "1 file: 1 changed" in result.stderr
+
+
+def test_exclude_applies_to_named_files(project):
+    result = invoke("--in", str(project / "train.py"), str(project / "pkg" / "model.py"), "--exclude", "model.py",
+                    "--in-place")
+    assert result.exit_code == 0
+    assert (project / "pkg" / "model.py").read_text() == OTHER_CUDA
+    assert (project / "train.py").read_bytes() == migrated(CUDA_SCRIPT)
+
+
+@pytest.mark.parametrize("case", ["out-dash", "out-is-file", "two-dirs-out", "only-changed", "glob-none", "missing",
+                                  "stdin-mixed", "nothing-to-do", "same-dir", "jobs-zero"])
+def test_tree_usage_errors(project, tmp_path, case):
+    args = {
+        "out-dash": ["--in", str(project), "--out", "-"],
+        "out-is-file": ["--in", str(project), "--out", str(project / "train.py")],
+        "two-dirs-out": ["--in", str(project), str(project / "pkg"), "--out", str(tmp_path / "o")],
+        "only-changed": ["--in", str(project), "--in-place", "--only-changed"],
+        "glob-none": ["--in", f"{project}/*.nothing", "--check"],
+        "missing": ["--in", str(project), str(tmp_path / "nope"), "--check"],
+        "stdin-mixed": ["--in", "-", str(project), "--check"],
+        "nothing-to-do": ["--in", str(project)],
+        "same-dir": ["--in", str(project), "--out", str(project)],
+        "jobs-zero": ["--in", str(project), "--check", "-j", "0"],
+    }[case]
+    before = tree_snapshot(tmp_path)
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+    assert tree_snapshot(tmp_path) == before
+
+
+# Symlink loops, parallel workers, the pre-filter -------------------------------------------------------------
+def test_symlink_loop_does_not_hang(project, tmp_path):
+    (project / "pkg" / "loop").symlink_to(project, target_is_directory=True)
+    (project / "self").symlink_to(".", target_is_directory=True)
+    done = run_cli("--in", "src", "--check", cwd=tmp_path)  # run_cli has a 60 s timeout
+    assert done.returncode == 1
+    assert b"3 files: 2 would change" in done.stderr
+
+
+def make_many(folder, count=24):
+    for i in range(count):
+        sub = folder / f"m{i % 3}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"s{i:02}.py").write_text(CUDA_SCRIPT if i % 2 else OTHER_CUDA + f"# {i}\n")
+    (folder / "m1" / "bad.py").write_bytes(SYNTAX_ERROR)
+
+
+def test_parallel_results_match_serial_in_sorted_order(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    make_many(a)
+    shutil.copytree(a, b)
+    serial = run_cli("--in", "a", "--in-place", "-j", "1", "-v", cwd=tmp_path)
+    parallel = run_cli("--in", "b", "--in-place", "-j", "3", "-v", cwd=tmp_path)
+    assert serial.returncode == parallel.returncode == 2
+    assert tree_snapshot(a) == tree_snapshot(b)
+    assert serial.stderr.replace(b"a/", b"X/") == parallel.stderr.replace(b"b/", b"X/")
+    lines = [line.split(b":")[0] for line in parallel.stderr.splitlines() if line.startswith(b"b/")]
+    assert lines == sorted(lines) and len(lines) > 24
+    assert b"\x1b[" not in parallel.stderr and b"migrating" not in parallel.stderr  # piped: no progress bar
+
+
+def test_parallel_diff_is_stable(tmp_path):
+    make_many(tmp_path / "a")
+    first = run_cli("--in", "a", "--diff", "-j", "2", cwd=tmp_path)
+    second = run_cli("--in", "a", "--diff", "-j", "1", cwd=tmp_path)
+    assert first.stdout == second.stdout and first.stdout.count(b"diff --git") == 24
+
+
+def test_prefilter_skips_files_without_trigger_names(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    # Broken, but mentions nothing that could need migrating: not parsed, so not reported.
+    (folder / "notes.py").write_bytes(b"def f(:\n")
+    (folder / "t.py").write_text(CUDA_SCRIPT)
+    result = invoke("--in", str(folder), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "o" / "notes.py").read_bytes() == b"def f(:\n"  # still copied by a mirror
+    (folder / "notes.py").write_bytes(b"import torch\ndef f(:\n")
+    assert invoke("--in", str(folder), "--check").exit_code == 2
+
+
+def test_prefilter_triggers_are_in_one_place():
+    from xla_migrate import tree
+
+    assert tree.mentions_a_trigger(b"x.cuda()") and tree.mentions_a_trigger(b"from transformers import Trainer")
+    assert not tree.mentions_a_trigger(b"import numpy as np\n")
