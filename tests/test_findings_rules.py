@@ -1,0 +1,51 @@
+"""Findings-only rules (XLA9xx): each construct is reported once, on its line, with what to do; the code is
+left exactly as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xla_migrate import migrate
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def findings(path: str, code: str, target: str = "sagemaker"):
+    source = (FIXTURES / path).read_text()
+    result = migrate(source, select=[code], target=target)
+    assert result.code == source
+    return [(f.line, f.message) for f in result.findings], result
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_custom_kernels(target):
+    found, result = findings("XLA901/kernels.in.py", "XLA901", target)
+    assert [line for line, _ in found] == [2, 3, 4, 5, 6, 8]
+    assert found[2] == (4, "from numba import cuda: a Numba CUDA kernel cannot run on XLA")
+    assert found[5] == (8, "load(...): a C++/CUDA extension cannot run on XLA")
+    assert all("Pallas" in f.fix for f in result.findings)
+
+
+def test_cpu_numba_and_torch_data_are_not_kernels():
+    found, _ = findings("XLA901/no_kernels.in.py", "XLA901")
+    assert found == []
+
+
+def test_apex():
+    found, result = findings("XLA902/apex_amp.in.py", "XLA902")
+    assert [line for line, _ in found] == [2, 3, 4, 8, 9, 10]
+    assert found[4] == (9, "apex.amp.initialize(...) is an apex (CUDA-only) API")
+    assert "torch.autocast" in result.findings[4].fix
+    assert "torch.nn.LayerNorm" in result.findings[5].fix
+
+
+def test_torch_compile():
+    found, _ = findings("XLA903/compile.in.py", "XLA903")
+    assert found == [
+        (5, "torch.compile with the default inductor backend does not produce XLA programs"),
+        (6, "torch.compile with the default inductor backend does not produce XLA programs"),
+        (10, "torch.compile with the default inductor backend does not produce XLA programs"),
+        (15, 'torch.compile with backend "inductor" does not produce XLA programs'),
+    ]
