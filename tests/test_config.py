@@ -1,0 +1,88 @@
+"""[tool.xla-migrate] in pyproject.toml: found walking up from the input, flags win, --config, bad keys."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import CUDA_SCRIPT, tree_snapshot
+from typer.testing import CliRunner
+
+from xla_migrate import cli, migrate
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(cli.app, list(args))
+
+
+@pytest.fixture
+def repo(tmp_path):
+    (tmp_path / "proj" / "code" / "legacy").mkdir(parents=True)
+    (tmp_path / "proj" / "code" / "train.py").write_text(CUDA_SCRIPT)
+    (tmp_path / "proj" / "code" / "legacy" / "old.py").write_text(CUDA_SCRIPT)
+    return tmp_path / "proj"
+
+
+def write_config(folder, body: str):
+    (folder / "pyproject.toml").write_text(f"[project]\nname = 'x'\n\n[tool.xla-migrate]\n{body}\n")
+
+
+def test_config_above_the_input_sets_target_and_exclude(repo):
+    write_config(repo, 'target = "2.9"\nexclude = ["code/legacy/"]')
+    result = invoke("--in", str(repo / "code"), "--in-place")
+    assert result.exit_code == 0, result.stderr
+    assert (repo / "code" / "train.py").read_bytes() == migrate(CUDA_SCRIPT, target="2.9").output_bytes
+    assert (repo / "code" / "legacy" / "old.py").read_text() == CUDA_SCRIPT
+    assert "target 2.9" in result.stderr
+
+
+def test_config_applies_to_a_single_file_and_flags_win(repo):
+    write_config(repo, 'target = "2.9"')
+    script = repo / "code" / "train.py"
+    assert "torch_xla.device()" in invoke("--in", str(script), "--out", "-").stdout
+    assert "xm.xla_device()" in invoke("--in", str(script), "--out", "-", "--target", "sagemaker").stdout
+
+
+def test_config_ignore_and_select(repo):
+    write_config(repo, 'ignore = ["XLA1"]')
+    result = invoke("--in", str(repo / "code" / "train.py"), "--out", "-")
+    assert result.exit_code == 0 and result.stdout == CUDA_SCRIPT
+    flag = invoke("--in", str(repo / "code" / "train.py"), "--out", "-", "--ignore", "XLA2")
+    assert "xla_device" in flag.stdout  # --ignore on the command line replaces the config's list
+
+
+def test_explicit_config_path(repo, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    write_config(other, 'target = "2.9"')
+    result = invoke("--in", str(repo / "code" / "train.py"), "--out", "-", "--config", str(other / "pyproject.toml"))
+    assert result.exit_code == 0 and "torch_xla.device()" in result.stdout
+
+
+def test_nearest_section_wins_and_sectionless_files_are_skipped(repo):
+    write_config(repo, 'target = "2.9"')
+    (repo / "code" / "pyproject.toml").write_text("[project]\nname = 'inner'\n")  # no [tool.xla-migrate]
+    assert "torch_xla.device()" in invoke("--in", str(repo / "code" / "train.py"), "--out", "-").stdout
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('targett = "2.9"', "unknown key in [tool.xla-migrate]: targett (known: target, select, ignore, exclude, distributed)"),
+    ('select = 3', "[tool.xla-migrate] select must be a list of strings"),
+    ('distributed = "yes"', "[tool.xla-migrate] distributed must be true or false"),
+    ('target = "1.0"', "unknown target"),
+    ('select = ["XLA0"]', "unknown rule code or prefix: XLA0"),
+    ('target = ', "not valid TOML"),
+])
+def test_bad_config_is_one_line_exit_2(repo, body, message):
+    write_config(repo, body)
+    before = tree_snapshot(repo)
+    result = invoke("--in", str(repo / "code"), "--in-place")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert tree_snapshot(repo) == before
+
+
+def test_missing_config_path(repo):
+    result = invoke("--in", str(repo / "code"), "--check", "--config", str(repo / "nope.toml"))
+    assert result.exit_code == 2 and result.stderr.strip() == f"error: {repo / 'nope.toml'}: no such file"
