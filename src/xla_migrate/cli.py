@@ -390,6 +390,10 @@ def _report_tree(outcomes, target: str, dry: bool, quiet: bool, verbose: bool) -
         for where, finding in outcome.findings:
             _err(f"{where}: {finding.code} {finding.message}" + (f" (fix: {finding.fix})" if finding.fix else ""),
                  "yellow")
+        if outcome.changed and outcome.kind != "other":
+            _err(f"{outcome.path}: {'would change' if dry else 'changed'} ({_plural(len(outcome.changes), 'change')})")
+        elif verbose and outcome.kind != "other" and not outcome.error:
+            _err(f"{outcome.path}: nothing to change")
     changed = [o for o in outcomes if o.changed and o.kind != "other"]
     ranges = [o.releases for o in changed if o.releases]
     runs_on = ""

@@ -1,0 +1,76 @@
+"""The pre-commit hooks in .pre-commit-hooks.yaml, run by pre-commit itself on a temporary git repository.
+
+The hooks are declared `language: python` (pre-commit builds a virtual environment from this repository);
+here they run as `language: system` against the xla-migrate installed in this environment, so the test
+needs no network: the entry, the file types and the way pre-commit passes files are the real ones."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT
+
+from xla_migrate import migrate
+
+yaml = pytest.importorskip("yaml", reason="pre-commit (and PyYAML) not installed: pip install -e '.[test]'")
+ROOT = Path(__file__).resolve().parent.parent
+PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
+if not PRE_COMMIT.exists() or shutil.which("git") is None:
+    pytest.skip("pre-commit or git not installed: pip install -e '.[test]'", allow_module_level=True)
+
+
+def hooks() -> dict[str, dict]:
+    return {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def run_hook(tmp_path: Path, hook_id: str, files: dict[str, str]) -> subprocess.CompletedProcess:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    hook = {**hooks()[hook_id], "language": "system"}
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump({"repos": [{"repo": "local", "hooks": [hook]}]}))
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", ".")
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "cache"), "NO_COLOR": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([str(PRE_COMMIT), "run", "--all-files", "--color", "never"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_hooks_file_declares_the_check_hook():
+    declared = hooks()
+    assert declared["xla-migrate-check"]["entry"] == "xla-migrate --check --in"
+    assert declared["xla-migrate-check"]["language"] == "python"
+    assert set(declared["xla-migrate-check"]["types_or"]) == {"python", "jupyter"}
+
+
+def test_check_hook_fails_on_cuda_code_and_writes_nothing(tmp_path):
+    done = run_hook(tmp_path, "xla-migrate-check", {"train.py": CUDA_SCRIPT, "lib/clean.py": NO_CUDA_SCRIPT,
+                                                     "notes.txt": "cuda\n"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Failed" in done.stdout and "train.py: would change (3 changes)" in done.stdout
+    assert (tmp_path / "repo" / "train.py").read_text() == CUDA_SCRIPT
+
+
+def test_check_hook_passes_on_clean_code(tmp_path):
+    done = run_hook(tmp_path, "xla-migrate-check", {"a.py": NO_CUDA_SCRIPT, "b/c.py": NO_CUDA_SCRIPT})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Passed" in done.stdout
+
+
+def test_fix_hook_rewrites_and_fails_the_commit(tmp_path):
+    done = run_hook(tmp_path, "xla-migrate", {"train.py": CUDA_SCRIPT, "clean.py": NO_CUDA_SCRIPT})
+    assert done.returncode == 1  # pre-commit fails a hook that modified files
+    assert (tmp_path / "repo" / "train.py").read_bytes() == migrate(CUDA_SCRIPT).output_bytes
+    assert (tmp_path / "repo" / "clean.py").read_text() == NO_CUDA_SCRIPT
