@@ -1,0 +1,82 @@
+"""Behaviour the golden outputs cannot show: the XLA301/XLA302 shared decision when both run, and the
+findings of the findings-only rules (XLA103, XLA900) and of XLA501."""
+
+from __future__ import annotations
+
+import pytest
+
+from xla_migrate import migrate
+
+LOOPS = '''\
+import torch
+
+
+def train(model, device, train_loader, batches, optimizer):
+    for x, y in train_loader:
+        model(x.to(device), y.to(device)).backward()
+        optimizer.step()
+    for x, y in batches:
+        model(x, y).backward()
+        optimizer.step()
+'''
+
+
+@pytest.mark.parametrize("target, barrier", [("sagemaker", "xm.mark_step()"), ("2.9", "torch_xla.sync()")])
+def test_wrapped_loop_gets_no_barrier_and_the_other_gets_one(target, barrier):
+    result = migrate(LOOPS, target=target, select=["XLA301", "XLA302"])
+    lines = result.code.splitlines()
+    assert "    for x, y in pl.MpDeviceLoader(train_loader, device):" in lines
+    assert result.code.count(barrier) == 1
+    # The barrier follows the step of the loop over `batches`, not the wrapped one.
+    assert lines.index(f"        {barrier}") == lines.index("    for x, y in batches:") + 3
+    assert migrate(result.code, target=target, select=["XLA301", "XLA302"]).changes == []
+
+
+def test_barrier_rule_alone_marks_every_unwrapped_training_loop():
+    result = migrate(LOOPS, select=["XLA302"])
+    assert result.code.count("xm.mark_step()") == 2
+
+
+def _findings(source, codes, target="sagemaker"):
+    return [(f.line, f.code) for f in migrate(source, target=target, select=codes).findings]
+
+
+def test_xla103_reports_each_api_once_with_its_line():
+    source = ("import torch\n"
+              "a = torch.cuda.max_memory_allocated()\n"
+              "n = torch.cuda.device_count()\n"
+              "s = torch.cuda.Stream()\n"
+              "t = torch.cuda.LongTensor([1])\n"
+              "torch.cuda.synchronize()\n")
+    assert _findings(source, ["XLA103"]) == [(2, "XLA103"), (3, "XLA103"), (4, "XLA103"), (5, "XLA103")]
+
+
+def test_xla900_reports_what_stays_and_not_what_other_rules_rewrite():
+    source = ("import torch\n"
+              "x = torch.randn(2).cuda()\n"
+              "torch.cuda.synchronize()\n"
+              "dist.init_process_group('nccl')\n"
+              "y = torch.cuda.FloatTensor(2).cuda()\n")
+    findings = migrate(source).findings
+    assert [(f.line, f.code) for f in findings] == [(4, "XLA900"), (5, "XLA103")]
+    # Alone, XLA900 reports every construct, one finding each.
+    alone = _findings(source, ["XLA900"])
+    assert alone == [(2, "XLA900"), (3, "XLA900"), (4, "XLA900"), (5, "XLA900"), (5, "XLA900")]
+
+
+def test_xla900_keeps_reporting_a_construct_a_replacement_keeps():
+    # XLA101 rewrites the outer .cuda() but keeps its receiver: the CUDA tensor type is still there.
+    source = "import torch\ny = torch.cuda.FloatTensor(2).cuda()\n"
+    result = migrate(source, select=["XLA101", "XLA900"])
+    assert "torch.cuda.FloatTensor(2).to(" in result.code
+    assert [(f.line, f.code) for f in result.findings] == [(2, "XLA900")]
+
+
+def test_xla501_reports_options_and_rank_guards():
+    source = ("import torch\n"
+              "torch.save(m, p, pickle_protocol=4)\n"
+              "if rank == 0:\n"
+              "    torch.save(m, p)\n")
+    result = migrate(source, select=["XLA501"])
+    assert [(f.line, f.code) for f in result.findings] == [(2, "XLA501"), (3, "XLA501")]
+    assert "    xm.save(m, p)" in result.code.splitlines()

@@ -1,0 +1,144 @@
+"""XLA102 cuda-apis-to-xla: torch.cuda calls with an XLA form are rewritten; CUDA-only settings are removed.
+
+What it does:
+    - ``torch.cuda.synchronize()`` -> the target's ``xm.wait_device_ops()``.
+    - ``torch.cuda.manual_seed(s)`` / ``torch.cuda.manual_seed_all(s)`` -> ``xm.set_rng_state(s)``.
+    - ``torch.cuda.get_device_name(...)`` -> ``xm.xla_device_hw(device)`` (``"TPU"``, ``"GPU"``, ``"CPU"``).
+    - Statements that only configure CUDA are removed: ``torch.cuda.set_device(...)``,
+      ``torch.cuda.empty_cache()``, ``torch.cuda.reset_peak_memory_stats()`` (and the other statistic
+      resets), ``torch.cuda.init()``, ``torch.cuda.ipc_collect()``, and assignments to
+      ``torch.backends.cudnn.*`` (``benchmark``, ``deterministic``, ``enabled``, ``allow_tf32``) and
+      ``torch.backends.cuda.*`` (``matmul.allow_tf32``). Comments above a removed statement stay, with the
+      next statement; a block left empty gets ``pass``.
+
+    Any spelling works (``import torch as T``, ``from torch import cuda``, ``import torch.backends.cudnn as
+    cudnn``). The same calls used as values (``x = torch.cuda.empty_cache()``), and the ``torch.cuda`` APIs
+    without an XLA form (XLA103), are left for a human.
+
+Why:
+    On XLA these calls either fail (no CUDA device: ``set_device``, ``synchronize``), do nothing useful
+    (cuDNN and TF32 switches, the CUDA caching allocator), or have a direct XLA form: waiting for the device
+    is ``xm.wait_device_ops()``, and the XLA device has its own random generator, seeded with
+    ``xm.set_rng_state(seed)``. The XLA generator is not CUDA's: seeded runs give other random numbers
+    than on CUDA, so review where results must match bit for bit.
+
+Example:
+    torch.backends.cudnn.benchmark = True
+    torch.cuda.set_device(local_rank)
+    torch.cuda.manual_seed_all(seed)
+    torch.cuda.synchronize()
+
+Use instead:
+    xm.set_rng_state(seed)
+    xm.wait_device_ops()
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.rule import Rule
+
+REMOVED_CALLS = {
+    "torch.cuda.set_device": "the XLA runtime assigns each process its device",
+    "torch.cuda.empty_cache": "XLA manages device memory itself",
+    "torch.cuda.reset_peak_memory_stats": "CUDA allocator statistics do not exist on XLA",
+    "torch.cuda.reset_max_memory_allocated": "CUDA allocator statistics do not exist on XLA",
+    "torch.cuda.reset_max_memory_cached": "CUDA allocator statistics do not exist on XLA",
+    "torch.cuda.reset_accumulated_memory_stats": "CUDA allocator statistics do not exist on XLA",
+    "torch.cuda.init": "the XLA runtime initialises itself",
+    "torch.cuda.ipc_collect": "XLA manages device memory itself",
+}
+SEEDS = ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.random.manual_seed",
+         "torch.cuda.random.manual_seed_all")
+SYNCHRONIZE = ("torch.cuda.synchronize",)
+DEVICE_NAME = ("torch.cuda.get_device_name",)
+FLAG_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
+
+_PLACEHOLDER = "__xla_migrate_arg__"
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, node: cst.BaseExpression) -> None:
+        super().__init__()
+        self.node = node
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.node if original_node.value == _PLACEHOLDER else updated_node
+
+
+class CudaApisToXla(Rule):
+    code = "XLA102"
+    name = "cuda-apis-to-xla"
+    summary = ("torch.cuda.synchronize/manual_seed/get_device_name -> XLA forms; set_device, empty_cache, "
+               "cudnn and TF32 flags removed")
+    fix_safety = "review"
+
+    def _short(self, node: cst.CSTNode) -> str:
+        text = " ".join(patterns.code_of(node).split())
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    def _statement_of(self, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
+        """The small statement that is only this expression (``torch.cuda.empty_cache()`` on its own)."""
+        parent = self.ctx.parent(node)
+        return parent if isinstance(parent, cst.Expr) and parent.value is node else None
+
+    def _may_free_imports(self, node: cst.CSTNode | None = None) -> None:
+        """The CUDA imports the rewrite may leave unused (removed at the end when nothing uses them)."""
+        for name in self.ctx.qualnames(node) if node is not None else ():
+            module, _, attribute = name.rpartition(".")
+            if module.startswith(("torch.cuda", "torch.backends")):
+                self.import_may_be_dead(module, attribute)
+        for module, name in (("torch", "cuda"), ("torch.backends", "cudnn"), ("torch.backends.cudnn", None),
+                             ("torch.backends.cuda", None), ("torch.backends", "cuda")):
+            self.import_may_be_dead(module, name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        names = ctx.qualnames(node.func)
+        if names & set(SYNCHRONIZE):
+            new = ctx.spell_expression("wait_device_ops")
+            self.replace(node, new, f"{self._short(node)} -> {patterns.code_of(new)}")
+            self._may_free_imports(node.func)
+        elif names & set(SEEDS):
+            args = patterns.positional(node) or [a for a in node.args if a.keyword and a.keyword.value == "seed"]
+            if len(args) != 1:
+                return
+            seed = args[0].value
+            template = cst.parse_expression(ctx.spell("set_rng_state", _PLACEHOLDER))
+
+            def seeded(updated: cst.Call) -> cst.BaseExpression:
+                updated_args = patterns.positional(updated) or [
+                    a for a in updated.args if a.keyword and a.keyword.value == "seed"]
+                return template.visit(_Substitute(updated_args[0].value))
+
+            self.replace(node, seeded, f"{self._short(node)} -> "
+                         f"{patterns.code_of(template).replace(_PLACEHOLDER, self._short(seed))}")
+            self._may_free_imports(node.func)
+        elif names & set(DEVICE_NAME):
+            device = ctx.device_reference(node, self.code)
+            new = ctx.spell_expression("device_hw", device)
+            self.replace(node, new, f"{self._short(node)} -> {patterns.code_of(new)}")
+            self._may_free_imports(node.func)
+        else:
+            removed = next((REMOVED_CALLS[n] for n in sorted(names) if n in REMOVED_CALLS), None)
+            statement = self._statement_of(node)
+            if removed is not None and statement is not None:
+                self.remove(statement, f"removed {self._short(node)}: {removed}")
+                self._may_free_imports(node.func)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        flags = [self._flag(t.target) for t in node.targets]
+        if flags and all(flags):
+            self.remove(node, f"removed {self._short(node)}: CUDA/cuDNN setting, no effect on XLA")
+            self._may_free_imports()
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None and self._flag(node.target):
+            self.remove(node, f"removed {self._short(node)}: CUDA/cuDNN setting, no effect on XLA")
+            self._may_free_imports()
+
+    def _flag(self, target: cst.BaseExpression) -> bool:
+        return isinstance(target, cst.Attribute) and any(
+            n.startswith(FLAG_PREFIXES) for n in self.ctx.qualnames(target))

@@ -1,0 +1,201 @@
+"""XLA104 cuda-gates: CUDA availability tests and device comparisons take the accelerator branch on XLA.
+
+What it does:
+    Finds the tests a script uses to choose its accelerator path: ``torch.cuda.is_available()``,
+    ``device == "cuda"``, ``device.type == "cuda"``, ``args.device == "cuda"``, ``"cuda" in device``,
+    ``device.startswith("cuda")`` (and their negations ``!=``, ``not in``, ``not ...``). On XLA every one of
+    them is False, so the migrated script would silently leave the accelerator path (no AMP, no
+    ``pin_memory``, a CPU device). Each is folded to the value it has on the accelerator, and the code around
+    it is simplified:
+
+    - ``use_amp = torch.cuda.is_available()`` -> ``use_amp = True``; ``pin_memory=torch.cuda.is_available()``
+      -> ``pin_memory=True``.
+    - ``not args.no_cuda and torch.cuda.is_available()`` -> ``not args.no_cuda``.
+    - ``if torch.cuda.is_available(): x`` -> ``x`` (a one-statement branch is kept without the ``if``; its
+      ``else`` is dropped); ``if device.type != "cuda": ...`` without ``else`` is removed. A longer branch
+      keeps its ``if`` with the folded test (``if True:``), so nothing is re-indented.
+    - ``assert torch.cuda.is_available()`` is removed.
+    - ``a if torch.cuda.is_available() else b`` -> ``a``.
+
+    Device expressions that XLA101 or the AMP rules rewrite as a whole (``"cuda" if torch.cuda.is_available()
+    else "cpu"``) are left to them.
+
+Why:
+    ``torch.cuda.is_available()`` is False on an XLA machine and an XLA device's type is ``"xla"``: left
+    alone, these tests turn the migrated script's accelerator code off without a word. Review the result:
+    a test can also guard something that must stay off on XLA.
+
+Example:
+    use_amp = torch.cuda.is_available()
+    loader = DataLoader(ds, batch_size=64, pin_memory=torch.cuda.is_available())
+    if torch.cuda.is_available():
+        torch.backends.cudnn.benchmark = True
+
+Use instead:
+    use_amp = True
+    loader = DataLoader(ds, batch_size=64, pin_memory=True)
+    torch.backends.cudnn.benchmark = True
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.facts import is_cuda_device_expr
+from xla_migrate.rule import Rule
+
+IS_AVAILABLE = ("torch.cuda.is_available",)
+
+
+def _constant(value: bool) -> cst.Name:
+    return cst.Name("True" if value else "False")
+
+
+def _bare(node: cst.BaseExpression, like: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` standing where ``like`` stood: it takes ``like``'s parentheses unless it is atomic."""
+    if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:
+        return node
+    return node.with_changes(lpar=like.lpar, rpar=like.rpar)
+
+
+class CudaGates(Rule):
+    code = "XLA104"
+    name = "cuda-gates"
+    summary = ("torch.cuda.is_available() and device == 'cuda' tests -> their value on the accelerator "
+               "(True), so the migrated script keeps its accelerator path")
+    fix_safety = "review"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._gates: list[tuple[cst.BaseExpression, bool]] = []
+        self._done: set[cst.CSTNode] = set()
+
+    # Finding the tests -------------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.is_call_to(node, *IS_AVAILABLE):
+            self._gate(node, True)
+        elif patterns.method_call(node, "startswith"):
+            args = patterns.positional(node)
+            if len(args) == 1 and patterns.string_value(args[0].value) == "cuda":
+                self._gate(node, True)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        if len(node.comparisons) != 1:
+            return
+        target = node.comparisons[0]
+        operator = target.operator
+        left_cuda = patterns.is_cuda_string(node.left)
+        right_cuda = patterns.is_cuda_string(target.comparator)
+        if isinstance(operator, (cst.Equal, cst.NotEqual)) and left_cuda != right_cuda:
+            self._gate(node, isinstance(operator, cst.Equal))
+        elif isinstance(operator, (cst.In, cst.NotIn)) and left_cuda and not right_cuda:
+            self._gate(node, isinstance(operator, cst.In))
+
+    def _gate(self, node: cst.BaseExpression, value: bool) -> None:
+        current = self.ctx.parent(node)
+        while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.BaseStatement)):
+            # Left to XLA101 / the AMP rules: whole CUDA device expressions and device-type choices.
+            if is_cuda_device_expr(current, self.ctx.qualnames) and not isinstance(current, cst.Comparison):
+                return
+            if isinstance(current, cst.IfExp) and (patterns.is_cuda_string(current.body)
+                                                   or patterns.is_cuda_string(current.orelse)):
+                return
+            current = self.ctx.parent(current)
+        self._gates.append((node, value))
+
+    # Folding, once every rule has recorded its edits ------------------------------------------------------
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node, value in self._gates:
+            if not self._inside_done(node):
+                self._fold(node, value, node)
+
+    def _inside_done(self, node: cst.CSTNode) -> bool:
+        current: cst.CSTNode | None = node
+        while current is not None:
+            if current in self._done:
+                return True
+            current = self.ctx.parent(current)
+        return False
+
+    def _fold(self, node: cst.BaseExpression, value: bool, gate: cst.BaseExpression) -> None:
+        text = " ".join(patterns.code_of(gate).split())
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+            return self._fold(parent, not value, gate)
+        if isinstance(parent, cst.BooleanOperation):
+            is_and = isinstance(parent.operator, cst.And)
+            if value == is_and:
+                # `x and True` -> x; `x or False` -> x.
+                keep_left = parent.right is node
+                self._done.add(parent)
+                self.replace(parent, lambda u: _bare(u.left if keep_left else u.right, u),
+                             f"{text} is {value} on XLA: dropped from the condition")
+                return None
+            return self._fold(parent, value, gate)
+        if isinstance(parent, cst.IfExp) and parent.test is node:
+            self._done.add(parent)
+            self.replace(parent, lambda u: _bare(u.body if value else u.orelse, u),
+                         f"{text} is {value} on XLA: kept the {'first' if value else 'second'} branch")
+            return None
+        if isinstance(parent, cst.If) and parent.test is node:
+            return self._fold_if(parent, value, text)
+        if isinstance(parent, cst.Assert) and parent.test is node and value:
+            self._done.add(parent)
+            self.remove(parent, f"removed assert {text}: holds on XLA")
+            return None
+        self._done.add(node)
+        self.replace(node, _constant(value), f"{text} -> {value} (its value on the XLA accelerator)")
+        return None
+
+    def _fold_if(self, node: cst.If, value: bool, text: str) -> None:
+        """``if <test>:`` whose test is known: keep the taken branch without the ``if`` where it is one
+        statement in a block; otherwise fold the test to a constant."""
+        in_block = isinstance(self.ctx.parent(node), (cst.IndentedBlock, cst.Module))
+        orelse = node.orelse
+        branch = node.body if value else (orelse.body if isinstance(orelse, cst.Else) else None)
+        self._done.add(node)
+        quiet = not isinstance(node.body, cst.IndentedBlock) or node.body.header.comment is None
+        if in_block and quiet and not value and orelse is None:
+            self.remove(node, f"removed if {text}: never taken on XLA")
+            return
+        if in_block and quiet and branch is not None and self._removed_entirely(branch) and (
+                value or orelse is None or isinstance(orelse, cst.Else)):
+            self.remove(node, f"removed if {text}: its branch only held removed CUDA code")
+            return
+        if in_block and branch is not None and self._single(branch) and (isinstance(orelse, cst.Else) or
+                                                                         orelse is None or value):
+            taken_is_body = value
+
+            def unwrap(updated: cst.If) -> cst.BaseStatement:
+                suite = updated.body if taken_is_body else updated.orelse.body
+                if isinstance(suite, cst.SimpleStatementSuite):
+                    statement = cst.SimpleStatementLine(body=suite.body, trailing_whitespace=suite.trailing_whitespace)
+                else:
+                    statement = suite.body[0]
+                return statement.with_changes(leading_lines=[*updated.leading_lines, *statement.leading_lines])
+
+            self.replace(node, unwrap, f"if {text}: {value} on XLA, kept its {'body' if value else 'else branch'}"
+                         " without the if")
+            return
+        self.replace(node.test, _constant(value), f"if {text} -> if {value} (its value on the XLA accelerator)")
+
+    def _single(self, suite: cst.BaseSuite) -> bool:
+        if isinstance(suite, cst.SimpleStatementSuite):
+            return True
+        return len(suite.body) == 1 and not suite.footer and suite.header.comment is None
+
+    def _removed_entirely(self, suite: cst.BaseSuite) -> bool:
+        removed = self.ctx.edits.remove
+        statements = suite.body if isinstance(suite, cst.IndentedBlock) else [suite]
+        for statement in statements:
+            if any(line.comment is not None for line in getattr(statement, "leading_lines", ())):
+                return False  # removing the if would lose the comment
+            if statement in removed:
+                continue
+            small = getattr(statement, "body", None)
+            if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and all(
+                    s in removed for s in small):
+                continue
+            return False
+        return True

@@ -1,0 +1,78 @@
+"""XLA301 wrap-device-loader: loaders iterated by training and evaluation loops go through the device loader.
+
+What it does:
+    Where a training loop (a loop that calls ``backward()``) or an evaluation loop (one that moves its
+    batches with ``.to(...)`` / ``.cuda()``) iterates a DataLoader, directly or through ``enumerate()`` or
+    ``tqdm()``, the loader is wrapped at the iteration site: ``for x, y in train_loader:`` becomes
+    ``for x, y in pl.MpDeviceLoader(train_loader, device):``. A DataLoader is one the script builds, a name
+    bound to one, or a name that says so (``train_loader``, ``self.val_loader``, ``train_dl``): loaders are
+    often parameters. Loops over something that is already a device loader are left alone, and so are the
+    ``.to(device)`` calls on the batches (redundant on a device loader, but harmless).
+
+    The wrap is at the iteration site rather than a rebinding (``train_loader = pl.MpDeviceLoader(...)``)
+    so that the name keeps meaning the DataLoader everywhere else: ``len(train_loader)``,
+    ``train_loader.sampler.set_epoch(epoch)`` and ``train_loader.dataset`` keep working, and a loader passed
+    to several functions is wrapped exactly where it is iterated. Building the wrapper per epoch costs
+    nothing measurable: MpDeviceLoader starts its loader threads on every iteration anyway.
+
+Why:
+    On XLA the device loader moves the next batches to the device in the background while the current step
+    runs, and marks the step at each batch (one graph per training step), which the seeds' recipe requires
+    (``pl.MpDeviceLoader(loader, device)``). Without it the step must be marked by hand (XLA302).
+
+Example:
+    for epoch in range(epochs):
+        train_loader.sampler.set_epoch(epoch)
+        for step, (x, y) in enumerate(train_loader):
+            loss = criterion(model(x.to(device)), y.to(device))
+            loss.backward()
+
+Use instead:
+    for epoch in range(epochs):
+        train_loader.sampler.set_epoch(epoch)
+        for step, (x, y) in enumerate(pl.MpDeviceLoader(train_loader, device)):
+            loss = criterion(model(x.to(device)), y.to(device))
+            loss.backward()
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import loops, patterns
+from xla_migrate.rule import Rule
+
+_PLACEHOLDER = "__xla_migrate_loader__"
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, node: cst.BaseExpression) -> None:
+        super().__init__()
+        self.node = node
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.node if original_node.value == _PLACEHOLDER else updated_node
+
+
+class WrapDeviceLoader(Rule):
+    code = "XLA301"
+    name = "wrap-device-loader"
+    summary = "loaders iterated by training/eval loops -> pl.MpDeviceLoader(loader, device) at the loop"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        loops.register_device_loader_rule(ctx)
+
+    def visit_For(self, node: cst.For) -> None:
+        site = loops.loader_site(self.ctx, node)
+        if site is None:
+            return
+        loader = site.loader
+        device = self.ctx.device_reference(loader, self.code)
+        template = cst.parse_expression(self.ctx.spell("device_loader", _PLACEHOLDER, device))
+        text = " ".join(patterns.code_of(loader).split())
+
+        def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
+            return template.visit(_Substitute(updated))
+
+        self.replace(loader, wrap, f"{text} -> {patterns.code_of(template).replace(_PLACEHOLDER, text)}")
