@@ -12,8 +12,10 @@ What it does:
       -> ``pin_memory=True``.
     - ``not args.no_cuda and torch.cuda.is_available()`` -> ``not args.no_cuda``.
     - ``if torch.cuda.is_available(): x`` -> ``x`` (a one-statement branch is kept without the ``if``; its
-      ``else`` is dropped); ``if device.type != "cuda": ...`` without ``else`` is removed. A longer branch
-      keeps its ``if`` with the folded test (``if True:``), so nothing is re-indented.
+      ``else`` is dropped; statements other rules remove from it do not count);
+      ``if device.type != "cuda": ...`` without ``else`` is removed, and so is an ``if`` whose branch held
+      only removed CUDA code. A longer branch, or an ``if`` line with a comment, keeps its ``if`` with the
+      folded test (``if True:``), so nothing is re-indented and no comment is lost.
     - ``assert torch.cuda.is_available()`` is removed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
 
@@ -163,27 +165,29 @@ class CudaGates(Rule):
                 value or orelse is None or isinstance(orelse, cst.Else)):
             self.remove(node, f"removed if {text}: its branch only held removed CUDA code")
             return
-        if in_block and branch is not None and self._single(branch) and (isinstance(orelse, cst.Else) or
-                                                                         orelse is None or value):
-            taken_is_body = value
+        if in_block and branch is not None and self._plain(branch) and (
+                value or orelse is None or isinstance(orelse, cst.Else)):
+            constant = _constant(value)
 
-            def unwrap(updated: cst.If) -> cst.BaseStatement:
-                suite = updated.body if taken_is_body else updated.orelse.body
+            def fold(updated: cst.If) -> cst.BaseStatement:
+                # Decided on the updated node: statements other rules removed from the branch are gone.
+                suite = updated.body if value else updated.orelse.body
                 if isinstance(suite, cst.SimpleStatementSuite):
                     statement = cst.SimpleStatementLine(body=suite.body, trailing_whitespace=suite.trailing_whitespace)
-                else:
+                elif len(suite.body) == 1:
                     statement = suite.body[0]
+                else:  # several statements: keep the if (nothing is re-indented), with the test folded
+                    return updated.with_changes(test=constant)
                 return statement.with_changes(leading_lines=[*updated.leading_lines, *statement.leading_lines])
 
-            self.replace(node, unwrap, f"if {text}: {value} on XLA, kept its {'body' if value else 'else branch'}"
-                         " without the if")
+            self.replace(node, fold, f"if {text}: {value} on XLA, kept the {'body' if value else 'else branch'}"
+                         " (without the if when it is one statement)")
             return
         self.replace(node.test, _constant(value), f"if {text} -> if {value} (its value on the XLA accelerator)")
 
-    def _single(self, suite: cst.BaseSuite) -> bool:
-        if isinstance(suite, cst.SimpleStatementSuite):
-            return True
-        return len(suite.body) == 1 and not suite.footer and suite.header.comment is None
+    def _plain(self, suite: cst.BaseSuite) -> bool:
+        """No comment on the ``if`` line or after the branch, which unwrapping would lose."""
+        return isinstance(suite, cst.SimpleStatementSuite) or (not suite.footer and suite.header.comment is None)
 
     def _removed_entirely(self, suite: cst.BaseSuite) -> bool:
         removed = self.ctx.edits.remove
