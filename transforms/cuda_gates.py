@@ -107,7 +107,15 @@ class CudaGates(Rule):
         self._gates.append((node, value))
 
     # Folding, once every rule has recorded its edits ------------------------------------------------------
+    def _value(self, node: cst.BaseExpression) -> bool | None:
+        """The value a gate expression has on XLA (``gate``, ``not gate``), else None."""
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            inner = self._value(node.expression)
+            return None if inner is None else not inner
+        return self._values.get(node)
+
     def leave_Module(self, original_node: cst.Module) -> None:
+        self._values = dict(self._gates)
         for node, value in self._gates:
             if not self._inside_done(node):
                 self._fold(node, value, node)
@@ -127,6 +135,13 @@ class CudaGates(Rule):
             return self._fold(parent, not value, gate)
         if isinstance(parent, cst.BooleanOperation):
             is_and = isinstance(parent.operator, cst.And)
+            other = parent.left if parent.right is node else parent.right
+            other_value = self._value(other)
+            if other_value is not None:
+                # Both sides are gates: `torch.cuda.is_available() and device.type == "cuda"` -> True.
+                self._done.add(other)
+                combined = (value and other_value) if is_and else (value or other_value)
+                return self._fold(parent, combined, parent)
             if value == is_and:
                 # `x and True` -> x; `x or False` -> x.
                 keep_left = parent.right is node
