@@ -20,7 +20,8 @@ from .facts import DATALOADERS, DEVICE_LOADERS
 
 # Calls that pass an iterable through (the loader is their first argument).
 PASS_THROUGH = ("builtins.enumerate", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm")
-STEP_BARRIERS = ("torch_xla.core.xla_model.mark_step", "torch_xla.sync", "torch_xla.core.xla_model.optimizer_step")
+STEP_BARRIERS = ("torch_xla.core.xla_model.mark_step", "torch_xla.sync")
+OPTIMIZER_STEP = "torch_xla.core.xla_model.optimizer_step"
 # A name that says it holds a loader: train_loader, self.val_loader, dataloader, train_dl.
 _LOADER_NAME = re.compile(r"(loader|^dl$|_dl$|^dl_)", re.IGNORECASE)
 _OPTIMIZER_NAME = re.compile(r"optim|^opt", re.IGNORECASE)
@@ -115,7 +116,10 @@ def has_step_barrier(ctx: MigrationContext, loop: cst.CSTNode) -> bool:
     class Finder(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
             nonlocal found
-            if ctx.qualnames(node.func) & set(STEP_BARRIERS):
+            names = ctx.qualnames(node.func)
+            barrier = patterns.keyword(node, "barrier")
+            if names & set(STEP_BARRIERS) or (OPTIMIZER_STEP in names and barrier is not None
+                                              and patterns.dotted_name(barrier.value) == "True"):
                 found = True
 
     loop.body.visit(Finder())
@@ -130,6 +134,8 @@ def needs_step_barrier(ctx: MigrationContext, loop: cst.CSTNode) -> bool:
 
 def is_optimizer_step(ctx: MigrationContext, node: cst.CSTNode) -> bool:
     """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)`` (not ``scheduler.step()``)."""
+    if ctx.is_call_to(node, OPTIMIZER_STEP):
+        return True
     attribute = patterns.method_call(node, "step")
     if attribute is None:
         return False
