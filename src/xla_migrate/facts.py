@@ -26,6 +26,10 @@ AUTOCASTS = ("torch.cuda.amp.autocast", "torch.autocast", "torch.amp.autocast", 
              "torch_xla.amp.autocast")
 XLA_DEVICES = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
 DEVICE_LOADERS = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)
+# Hugging Face libraries whose scripts get the HF rules (XLA6xx) rather than the general ones where both would
+# apply (the entry point: XLA602 writes ``_mp_fn`` for HF scripts, the distributed entry-point rule for others).
+HF_LIBRARIES = ("transformers", "trl", "accelerate")
+ACCELERATORS = ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")
 
 
 def is_cuda_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
@@ -76,6 +80,14 @@ class Facts:
     uses_amp: bool = False
     main_function: cst.FunctionDef | None = None
     main_guard: cst.If | None = None
+    # The script builds an ``accelerate.Accelerator``: Accelerate owns its device placement, loaders, optimizer
+    # steps and launch, so the device rules (XLA101, XLA301, XLA302, XLA204) leave them alone (XLA605 says so).
+    uses_accelerate: bool = False
+
+    @property
+    def is_hf_script(self) -> bool:
+        """The script imports a Hugging Face training library (transformers, trl, accelerate)."""
+        return any(module.split(".")[0] in HF_LIBRARIES for module in self.module_aliases)
 
 
 class FactsCollector(cst.CSTVisitor):
@@ -158,6 +170,8 @@ class FactsCollector(cst.CSTVisitor):
         names = self._qualnames(node.func)
         if names & set(AUTOCASTS) or names & set(GRAD_SCALERS):
             self.facts.uses_amp = True
+        if names & set(ACCELERATORS):
+            self.facts.uses_accelerate = True
         if patterns.method_call(node, "backward") and self._loops:
             loop = self._loops[-1]
             if loop not in self.facts.training_loops:
