@@ -111,8 +111,13 @@ def migrate(
     ignore: list[str] | None = None,
     path: str = "script.py",
     out_path: str | None = None,
+    distributed: bool | None = None,
 ) -> MigrationResult:
-    """Migrate one script's source. Bytes keep the file's encoding, BOM and line endings exactly."""
+    """Migrate one script's source. Bytes keep the file's encoding, BOM and line endings exactly.
+
+    ``distributed``: True migrates the script as a multi-replica one (``--distributed``), False as a
+    single-device one (``--single``); None (the default) detects it from the script (DDP,
+    ``init_process_group``, ``DistributedSampler``, torchrun's environment variables, ``mp.spawn``)."""
     data = source.encode("utf-8") if isinstance(source, str) else source
     text = source if isinstance(source, str) else ""
     result = MigrationResult(source=text, code=text, target=target, path=path, out_path=out_path,
@@ -129,7 +134,8 @@ def migrate(
         return result
     result.source = result.code = data.decode(module.encoding)
     result.encoding = module.encoding
-    output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore))
+    output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore),
+                                 distributed=distributed)
     # Untouched input is returned as it came, even where libcst would not reprint it byte for byte.
     if output.code != module.code:
         result.code = output.code

@@ -50,7 +50,7 @@ class Edits:
 
 
 class MigrationContext:
-    def __init__(self, wrapper: cst.MetadataWrapper, target: Target) -> None:
+    def __init__(self, wrapper: cst.MetadataWrapper, target: Target, distributed: bool | None = None) -> None:
         self.module = wrapper.module
         self.target = target
         resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ScopeProvider, ParentNodeProvider])
@@ -59,6 +59,8 @@ class MigrationContext:
         self.scopes: dict[cst.CSTNode, Scope] = resolved[ScopeProvider]
         self._parents = resolved[ParentNodeProvider]
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
+        # Distributed mode: forced by the caller (--distributed / --single), else detected by the facts pass.
+        self.distributed: bool = self.facts.distributed if distributed is None else distributed
         self.edits = Edits()
         self.changes: list[Change] = []
         self.findings: list[Finding] = []

@@ -84,9 +84,11 @@ def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> InputError:
     return InputError(f"cannot parse: {error.message}", error.editor_line, error.editor_column)
 
 
-def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]]) -> PipelineOutput:
+def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
+                 distributed: bool | None = None) -> PipelineOutput:
+    """``distributed``: True/False force the distributed or single-device migration; None detects it."""
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    ctx = MigrationContext(wrapper, target)
+    ctx = MigrationContext(wrapper, target, distributed=distributed)
     if rules:
         wrapper.visit_batched([rule(ctx) for rule in rules])
     new_module = apply_edits(ctx)

@@ -26,6 +26,29 @@ AUTOCASTS = ("torch.cuda.amp.autocast", "torch.autocast", "torch.amp.autocast", 
              "torch_xla.amp.autocast")
 XLA_DEVICES = ("torch_xla.core.xla_model.xla_device", "torch_xla.device")
 DEVICE_LOADERS = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)
+DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+DISTRIBUTED_SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")
+INIT_PROCESS_GROUP = ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group")
+MP_SPAWN = ("torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.start_processes")
+# Calls that make a script distributed (the distributed fact).
+DISTRIBUTED_CALLS = (*DDP, *DISTRIBUTED_SAMPLERS, *INIT_PROCESS_GROUP, *MP_SPAWN)
+# The environment variables torchrun (and torch.distributed.launch --use_env) sets for each worker.
+TORCHRUN_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def environment_variable(node: cst.CSTNode, qualnames: QualNames) -> str | None:
+    """The variable read by ``os.environ["X"]``, ``os.environ.get("X", d)`` or ``os.getenv("X", d)``."""
+    if isinstance(node, cst.Subscript) and "os.environ" in qualnames(node.value) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        return patterns.string_value(index.value) if isinstance(index, cst.Index) else None
+    if isinstance(node, cst.Call) and node.args:
+        names = qualnames(node.func)
+        if "os.getenv" in names or "os.environ.get" in names or (
+                isinstance(node.func, cst.Attribute) and node.func.attr.value == "get"
+                and "os.environ" in qualnames(node.func.value)):
+            first = node.args[0]
+            return patterns.string_value(first.value) if first.keyword is None and not first.star else None
+    return None
 # Hugging Face libraries whose scripts get the HF rules (XLA6xx) rather than the general ones where both would
 # apply (the entry point: XLA602 writes ``_mp_fn`` for HF scripts, the distributed entry-point rule for others).
 HF_LIBRARIES = ("transformers", "trl", "accelerate")
@@ -80,6 +103,15 @@ class Facts:
     uses_amp: bool = False
     main_function: cst.FunctionDef | None = None
     main_guard: cst.If | None = None
+    # Distributed signals (DDP, init_process_group, DistributedSampler, mp.spawn, torchrun's environment
+    # variables), in source order; the script is distributed when there is one.
+    distributed_signals: list[cst.CSTNode] = field(default_factory=list)
+    # Spellings bound to a DistributedDataParallel wrapper (``model = DDP(model, ...)``).
+    ddp_models: set[str] = field(default_factory=set)
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.distributed_signals)
     # The script builds an ``accelerate.Accelerator``: Accelerate owns its device placement, loaders, optimizer
     # steps and launch, so the device rules (XLA101, XLA301, XLA302, XLA204) leave them alone (XLA605 says so).
     uses_accelerate: bool = False
@@ -172,10 +204,16 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.uses_amp = True
         if names & set(ACCELERATORS):
             self.facts.uses_accelerate = True
+        if names & set(DISTRIBUTED_CALLS) or environment_variable(node, self._qualnames) in TORCHRUN_VARIABLES:
+            self.facts.distributed_signals.append(node)
         if patterns.method_call(node, "backward") and self._loops:
             loop = self._loops[-1]
             if loop not in self.facts.training_loops:
                 self.facts.training_loops.append(loop)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if environment_variable(node, self._qualnames) in TORCHRUN_VARIABLES:
+            self.facts.distributed_signals.append(node)
 
     # Bindings ----------------------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -203,6 +241,8 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.loaders.add(spelling)
         elif names & set(DEVICE_LOADERS) or patterns.method_call(value, "per_device_loader"):
             self.facts.device_loaders.add(spelling)
+        elif names & set(DDP):
+            self.facts.ddp_models.add(spelling)
 
     def _bind_device(self, target: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):

@@ -99,6 +99,9 @@ _SEEDS = {
     "fetch_gradients": Spelling("{xm}._fetch_gradients({0})"),
     "all_reduce": Spelling("{xm}.all_reduce"),
     "launch": Spelling("{xmp}.spawn({0}, args=({1}))"),
+    # The global master (rank 0 of all replicas; is_master itself checks the local ordinal).
+    "is_global_master": Spelling("{xm}.is_master_ordinal(local=False)"),
+    "distributed_sampler": Spelling("{torch}.utils.data.DistributedSampler"),
     "autocast": Spelling("{xla_amp}.autocast({0})"),
     "grad_scaler": Spelling("{xla_amp}.GradScaler", removed_in=(2, 9)),
     "syncfree": Spelling("{syncfree}.{0}"),
