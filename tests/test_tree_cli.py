@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 import subprocess
 
 import pytest
@@ -305,3 +306,47 @@ def test_prefilter_triggers_are_in_one_place():
 
     assert tree.mentions_a_trigger(b"x.cuda()") and tree.mentions_a_trigger(b"from transformers import Trainer")
     assert not tree.mentions_a_trigger(b"import numpy as np\n")
+
+
+# --format and --report ---------------------------------------------------------------------------------------
+def test_json_report_on_stderr_and_in_a_file(broken, tmp_path):
+    import json
+
+    report_path = tmp_path / "report.json"
+    result = invoke("--in", str(broken), "--check", "--format", "json", "--report", str(report_path))
+    assert result.exit_code == 2
+    printed = json.loads(result.stderr)
+    assert printed == json.loads(report_path.read_text())
+    assert printed["schema"] == "xla-migrate-report" and printed["version"] == 1
+    files = {Path(f["path"]).relative_to(broken).as_posix(): f for f in printed["files"]}
+    assert sorted(files) == ["pkg/bad_syntax.py", "pkg/clean.py", "pkg/latin.py", "pkg/model.py", "train.py"]
+    assert files["train.py"]["changed"] is True and files["train.py"]["diff_stats"]["files"] == 1
+    assert files["pkg/clean.py"]["changed"] is False and files["pkg/clean.py"]["error"] is None
+    assert files["pkg/bad_syntax.py"]["error"] == {"message": "cannot parse: invalid syntax", "line": 3, "column": 7}
+    assert result.stdout == ""
+
+
+def test_report_file_with_the_text_format(project, tmp_path):
+    import json
+
+    result = invoke("--in", str(project / "train.py"), "--diff", "--report", str(tmp_path / "r.json"))
+    assert result.exit_code == 0 and result.stdout.startswith("diff --git")
+    assert "changes" in result.stderr  # the text report is still there
+    (entry,) = json.loads((tmp_path / "r.json").read_text())["files"]
+    assert entry["path"] == str(project / "train.py") and entry["changed"] is True
+
+
+def test_github_annotations(project, tmp_path):
+    (project / "pkg" / "bad.py").write_bytes(SYNTAX_ERROR)
+    result = invoke("--in", str(project), "--check", "--format", "github")
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert f"::error file={project}/pkg/bad.py,line=3,col=7,title=xla-migrate::cannot parse: invalid syntax" in lines
+    assert any(line.startswith(f"::notice file={project}/train.py,line=3,") for line in lines)
+    single = invoke("--in", str(project / "train.py"), "--check", "--format", "github")
+    assert single.exit_code == 1 and single.stderr.startswith(f"::notice file={project}/train.py,line=")
+
+
+def test_unknown_format(project):
+    result = invoke("--in", str(project), "--check", "--format", "xml")
+    assert result.exit_code == 2 and result.stderr.strip() == "error: --format xml: expected one of text, json, github"

@@ -18,6 +18,9 @@ from .files import write_atomically
 from .targets import DEFAULT_TARGET, TARGETS
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+FORMATS = ("text", "json", "github")
+# How this run reports: --format and --report (set once per command).
+_OUTPUT: dict = {"format": "text", "report": None}
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -119,7 +122,32 @@ def _installed_torch_xla() -> Optional[str]:
         return None
 
 
+def _machine_report(results: list[MigrationResult], quiet: bool) -> bool:
+    """Write --report and print the json/github report; True when the text report is replaced."""
+    if _OUTPUT["report"] or _OUTPUT["format"] == "json":
+        import json
+
+        text = json.dumps(report.json_report(results), indent=2) + "\n"
+        if _OUTPUT["report"]:
+            _write(Path(_OUTPUT["report"]), text.encode("utf-8"))
+        if _OUTPUT["format"] == "json":
+            sys.stderr.write(text)
+            return True
+    if _OUTPUT["format"] == "github":
+        for result in results:
+            for line in report.github_annotations(result):
+                if not quiet or line.startswith(("::error", "::warning")):
+                    print(line, file=sys.stderr)
+    return False
+
+
 def _report(result: MigrationResult, label: str, quiet: bool, verbose: bool) -> None:
+    if _machine_report([result], quiet):
+        return
+    if _OUTPUT["format"] == "github":
+        if not quiet:
+            _err(report.summary(result, label))
+        return
     if quiet:
         return
     if verbose:
@@ -147,6 +175,8 @@ def command(
     only_changed: bool = typer.Option(False, "--only-changed", help="With --out DIR: write only the files that change."),
     jobs: Optional[int] = typer.Option(None, "-j", "--jobs", metavar="N", help="Worker processes for many files (default: the CPU count)."),
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Read [tool.xla-migrate] from this pyproject.toml (default: the nearest one above the input)."),
+    output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="Report format on stderr: text, json or github (workflow annotations)."),
+    report_path: Optional[str] = typer.Option(None, "--report", metavar="PATH", help="Also write the JSON report to PATH."),
     list_rules: bool = typer.Option(False, "--list-rules", help="List the rules and exit."),
     version: bool = typer.Option(False, "--version", help="Print the version and exit."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Print errors and warnings only."),
@@ -160,6 +190,9 @@ def command(
         _list_rules()
         return
     try:
+        if output_format not in FORMATS:
+            raise UsageError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
+        _OUTPUT.update(format=output_format, report=report_path)
         inputs = [*(in_path or []), *(more_paths or [])]
         settings = _settings(inputs, config, target, select, ignore, exclude)
         if _is_single_file(inputs):
@@ -238,6 +271,8 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
                      path=label_in, out_path=label_out)
     if result.error is not None:
+        if _machine_report([result], quiet) or _OUTPUT["format"] == "github":
+            return EXIT_ERROR
         raise UsageError(result.error.format(label_in))
     warning = result.release_warning(_installed_torch_xla())
     if warning:
@@ -295,7 +330,8 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, use_g
     tasks = _tasks(found, out, mirror, in_place)
     dry = diff or check
     options = tree.Options(settings.target, settings.select or None, settings.ignore or None, write=not dry,
-                           copy_others=not only_changed, want_diff=diff or bool(diff_file))
+                           copy_others=not only_changed,
+                           want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json")
     with _progress(len(tasks), quiet) as progress:
         outcomes = tree.run_all(tasks, options, jobs or os.cpu_count() or 1, progress)
     patch = b"".join(o.diff for o in outcomes)
@@ -376,9 +412,36 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def _as_results(outcomes, target: str) -> list[MigrationResult]:
+    """The tree's outcomes as results for the JSON report and annotations (scripts and notebooks only)."""
+    from .records import InputError
+
+    results = []
+    for outcome in outcomes:
+        if outcome.kind == "other":
+            continue
+        changed = outcome.changed
+        result = MigrationResult(source="", code="\n" if changed else "", target=outcome.target or target,
+                                 path=outcome.path, out_path=outcome.out_path,
+                                 changes=[c for _, c in outcome.changes], findings=[f for _, f in outcome.findings])
+        if outcome.releases:
+            result.releases = outcome.releases
+        if outcome.error:
+            result.error = outcome.input_error or InputError(
+                outcome.error[len(outcome.path) + 2:] if outcome.error.startswith(outcome.path + ": ")
+                else outcome.error)
+        result.__dict__["diff"] = outcome.diff.decode("utf-8", errors="replace")  # the cached diff
+        results.append(result)
+    return results
+
+
 def _report_tree(outcomes, target: str, dry: bool, quiet: bool, verbose: bool) -> None:
     from .targets import describe_releases, parse_version, release_fits
 
+    if _machine_report(_as_results(outcomes, target), quiet):
+        return
+    if _OUTPUT["format"] == "github":
+        quiet, verbose = True, False  # the annotations said it; errors and the summary line follow
     for outcome in outcomes:
         if outcome.error:
             _err(f"error: {outcome.error}", "red")
@@ -406,7 +469,7 @@ def _report_tree(outcomes, target: str, dry: bool, quiet: bool, verbose: bool) -
         if installed and not release_fits(parse_version(installed), low, high):
             _err(f"warning: torch_xla {installed} is installed here, but the {target} target's output needs "
                  f"{describe_releases(low, high)}", "yellow")
-    if quiet:
+    if quiet and _OUTPUT["format"] != "github":
         return
     scripts = [o for o in outcomes if o.kind != "other"]
     errors = sum(1 for o in outcomes if o.error)

@@ -80,6 +80,7 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         if result.error is not None:
             at = f":line {result.error.line}" if result.error.line is not None else ""
             outcome.error = f"{where}{at}: {result.error.message}"
+            outcome.input_error = result.error
             return data
         outcome.target = result.target
         outcome.changes += [(f"{where}:line {c.line}", c) for c in result.changes]

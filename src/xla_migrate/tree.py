@@ -221,6 +221,7 @@ class Outcome:
     changed: bool = False
     written: bool = False
     error: str | None = None  # "path:line:col: message"
+    input_error: object = None  # the InputError behind ``error``, where there is one (for the JSON report)
     changes: list = field(default_factory=list)  # (label, Change)
     findings: list = field(default_factory=list)  # (label, Finding)
     diff: bytes = b""
@@ -241,6 +242,17 @@ def process_chunk(tasks: list[Task]) -> list[Outcome]:
 
 
 def process(task: Task, options: Options) -> Outcome:
+    try:
+        return _process(task, options)
+    except Exception as error:  # a bug in xla-migrate on this file: say so, and let the others migrate
+        if os.environ.get("XLA_MIGRATE_DEBUG"):
+            raise
+        return Outcome(task.path, task.kind, task.out_path, target=options.target,
+                       error=f"{task.path}: internal error in xla-migrate ({type(error).__name__}: {error}); "
+                             "set XLA_MIGRATE_DEBUG=1 for the traceback and please report it")
+
+
+def _process(task: Task, options: Options) -> Outcome:
     outcome = Outcome(task.path, task.kind, task.out_path, target=options.target)
     try:
         data = Path(task.path).read_bytes()
@@ -289,6 +301,7 @@ def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome)
     outcome.parsed = True
     if result.error is not None:
         outcome.error = result.error.format(task.path)
+        outcome.input_error = result.error
         return data
     outcome.target = result.target
     outcome.changes = [(f"{task.path}:{c.line}:{c.column}", c) for c in result.changes]
