@@ -105,6 +105,8 @@ _SEEDS = {
     "autocast": Spelling("{xla_amp}.autocast({0})"),
     "grad_scaler": Spelling("{xla_amp}.GradScaler", removed_in=(2, 9)),
     "syncfree": Spelling("{syncfree}.{0}"),
+    # Hugging Face TrainingArguments(optim=...): the syncfree AdamW on XLA (transformers' name for it).
+    "hf_xla_optim": Spelling('"adamw_torch_xla"'),
 }
 
 _CURRENT = {

@@ -1,0 +1,84 @@
+"""What the Hugging Face rules (XLA6xx) share: the classes they recognise and how a keyword is added to a call
+in the call's own layout (one line or one argument per line, trailing comma or not)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.context import MigrationContext
+
+# TrainingArguments and the subclasses that take the same arguments.
+TRAINING_ARGS = (
+    "transformers.TrainingArguments", "transformers.training_args.TrainingArguments",
+    "transformers.Seq2SeqTrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+    "trl.SFTConfig", "trl.trainer.sft_config.SFTConfig", "trl.trainer.SFTConfig",
+)
+ARG_PARSERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser",
+               "trl.scripts.utils.TrlParser")
+# HfArgumentParser methods that return the dataclasses, in the order the parser was given them.
+PARSE_METHODS = ("parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict",
+                 "parse_args_and_config")
+XLA_OPTIM = "adamw_torch_xla"
+
+
+def local_training_args_classes(module: cst.Module, ctx: MigrationContext) -> set[str]:
+    """Classes the script derives (directly or through each other) from TrainingArguments."""
+    found: set[str] = set()
+    changed = True
+    classes = [s for s in module.body if isinstance(s, cst.ClassDef)]
+    while changed:
+        changed = False
+        for cls in classes:
+            if cls.name.value in found:
+                continue
+            for base in cls.bases:
+                if ctx.qualnames(base.value) & set(TRAINING_ARGS) or patterns.dotted_name(base.value) in found:
+                    found.add(cls.name.value)
+                    changed = True
+                    break
+    return found
+
+
+def is_training_args_class(ctx: MigrationContext, node: cst.BaseExpression, local: set[str]) -> bool:
+    return bool(ctx.qualnames(node) & set(TRAINING_ARGS)) or patterns.dotted_name(node) in local
+
+
+def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """``call`` with ``name=value`` appended as its last argument, laid out like the arguments before it."""
+    new = cst.Arg(value=value, keyword=cst.Name(name),
+                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                        whitespace_after=cst.SimpleWhitespace("")))
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[new])
+    last = args[-1]
+    if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
+        separator = args[-2].comma
+    elif isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        separator = cst.Comma(whitespace_after=call.whitespace_before_args)
+    else:
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if isinstance(last.comma, cst.Comma):
+        # A trailing comma: the new argument takes it (and the line break before ``)``).
+        new = new.with_changes(comma=last.comma)
+        last = last.with_changes(comma=separator)
+    else:
+        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+        last = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+    return call.with_changes(args=[*args[:-1], last, new])
+
+
+def with_keyword_value(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """``call`` with the value of its ``name=`` keyword replaced (layout kept)."""
+    return call.with_changes(args=[a.with_changes(value=value) if a.keyword is not None and a.keyword.value == name
+                                   else a for a in call.args])
+
+
+def string_arg(call: cst.Call, name: str) -> tuple[cst.Arg | None, str | None]:
+    arg = patterns.keyword(call, name)
+    return arg, (patterns.string_value(arg.value) if arg is not None else None)
+
+
+def has_star_kwargs(call: cst.Call) -> bool:
+    return any(a.star == "**" for a in call.args)
