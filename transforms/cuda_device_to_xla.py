@@ -7,6 +7,7 @@ What it does:
     assigned, ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and
     ``device="cuda"`` keyword arguments. Where a device is needed and the script has no device variable in
     scope, ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
+    Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
 
 Why:
     On XLA every process drives one device, reached through ``xm.xla_device()`` (``torch_xla.device()``
@@ -57,6 +58,8 @@ class CudaDeviceToXla(Rule):
             self._definition(node.target, node.value)
 
     def _definition(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if self.ctx.facts.uses_accelerate:  # Accelerate places the model and batches (XLA605)
+            return
         name = patterns.dotted_name(target)
         # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
         if name is None or "type" in name.rsplit(".", 1)[-1] or not _is_cuda_value(value):
@@ -66,6 +69,8 @@ class CudaDeviceToXla(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
+        if ctx.facts.uses_accelerate:
+            return
         if ctx.is_call_to(node, "torch.device"):
             if is_cuda_device_expr(node, ctx.qualnames):
                 self._device_call(node)

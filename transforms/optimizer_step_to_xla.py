@@ -9,6 +9,8 @@ What it does:
     ``.step()`` are left alone: with a GradScaler the scaler makes the step (XLA202 rewrites it where the
     target has no scaler). A direct ``optimizer.step()`` in an AMP script (bfloat16 autocast without a
     scaler, or the unscaled branch of a script) is rewritten too: it is an unscaled step like any other.
+    Scripts that build an ``accelerate.Accelerator`` are left alone: the prepared optimizer all-reduces on
+    XLA itself (XLA605).
 
 Why:
     ``xm.optimizer_step`` all-reduces the gradients across replicas before stepping (a no-op on one device),
@@ -48,7 +50,8 @@ class OptimizerStepToXla(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         method = patterns.method_call(node, "step")
-        if method is None:
+        # Accelerate's prepared optimizer already all-reduces on XLA (XLA605).
+        if method is None or self.ctx.facts.uses_accelerate:
             return
         spelling = patterns.dotted_name(method.value)
         if spelling is None or not self._is_optimizer(spelling, method.value):

@@ -8,7 +8,8 @@ What it does:
     ``if`` for gradient accumulation), or at the end of the loop body when no step call is found. Loops
     that XLA301 wraps in ``pl.MpDeviceLoader`` get none: the device loader marks the step. The decision is
     shared with XLA301 (``xla_migrate.loops``). A loop written on one line gets the barrier appended
-    after a semicolon.
+    after a semicolon. Scripts that build an ``accelerate.Accelerator`` get none: Accelerate's prepared
+    loaders mark the step (XLA605).
 
 Why:
     XLA records operations lazily and runs them when the step is marked. Without a barrier the graph grows

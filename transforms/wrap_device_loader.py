@@ -7,7 +7,8 @@ What it does:
     ``for x, y in pl.MpDeviceLoader(train_loader, device):``. A DataLoader is one the script builds, a name
     bound to one, or a name that says so (``train_loader``, ``self.val_loader``, ``train_dl``): loaders are
     often parameters. Loops over something that is already a device loader are left alone, and so are the
-    ``.to(device)`` calls on the batches (redundant on a device loader, but harmless).
+    ``.to(device)`` calls on the batches (redundant on a device loader, but harmless). So are the loops of
+    a script that builds an ``accelerate.Accelerator``: its prepared loaders are device loaders (XLA605).
 
     The wrap is at the iteration site rather than a rebinding (``train_loader = pl.MpDeviceLoader(...)``)
     so that the name keeps meaning the DataLoader everywhere else: ``len(train_loader)``,

@@ -93,7 +93,8 @@ def loader_site(ctx: MigrationContext, loop: cst.CSTNode) -> LoaderSite | None:
     """The DataLoader this loop iterates and that XLA301 wraps in a device loader, else None: a training
     loop, or a loop that moves its batches to the device (evaluation), iterating a DataLoader that is not
     yet a device loader."""
-    if not isinstance(loop, cst.For) or isinstance(loop.iter, cst.BaseComp):
+    if not isinstance(loop, cst.For) or isinstance(loop.iter, cst.BaseComp) or ctx.facts.uses_accelerate:
+        # Accelerate's prepared loaders already are device loaders on XLA (XLA605).
         return None
     if loop not in ctx.facts.training_loops and not _moves_to_device(loop):
         return None
@@ -127,8 +128,9 @@ def has_step_barrier(ctx: MigrationContext, loop: cst.CSTNode) -> bool:
 
 
 def needs_step_barrier(ctx: MigrationContext, loop: cst.CSTNode) -> bool:
-    """A training loop that iterates no device loader and has no barrier of its own."""
-    return (loop in ctx.facts.training_loops and not iterates_device_loader(ctx, loop)
+    """A training loop that iterates no device loader and has no barrier of its own (Accelerate marks the
+    step through its prepared loader: none in an accelerate script)."""
+    return (loop in ctx.facts.training_loops and not ctx.facts.uses_accelerate and not iterates_device_loader(ctx, loop)
             and not has_step_barrier(ctx, loop))
 
 
