@@ -86,3 +86,24 @@ def test_bad_config_is_one_line_exit_2(repo, body, message):
 def test_missing_config_path(repo):
     result = invoke("--in", str(repo / "code"), "--check", "--config", str(repo / "nope.toml"))
     assert result.exit_code == 2 and result.stderr.strip() == f"error: {repo / 'nope.toml'}: no such file"
+
+
+@pytest.mark.parametrize(("config", "flags", "expected"), [
+    ("", [], None), ("distributed = true", [], True), ("distributed = true", ["--single"], False),
+    ("", ["--distributed"], True)])
+def test_distributed_reaches_the_engine(repo, monkeypatch, config, flags, expected):
+    from xla_migrate import api
+
+    seen = []
+    real = api.migrate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("distributed"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "migrate", spy)
+    monkeypatch.setattr(cli, "migrate", spy)
+    write_config(repo, config)
+    assert invoke("--in", str(repo / "code" / "train.py"), "--check", *flags).exit_code == 1  # one file
+    assert invoke("--in", str(repo / "code"), "--check", "-j", "1", *flags).exit_code == 1  # a tree
+    assert seen == [expected] * 3

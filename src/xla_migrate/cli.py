@@ -170,6 +170,7 @@ def command(
     target: Optional[str] = typer.Option(None, "--target", metavar="NAME", help=f"torch_xla API generation to emit: {', '.join(TARGETS)} (default {DEFAULT_TARGET})."),
     select: Optional[list[str]] = typer.Option(None, "--select", metavar="CODES", help="Only these rule codes or prefixes (comma-separated)."),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", metavar="CODES", help="Skip these rule codes or prefixes (comma-separated)."),
+    distributed: Optional[bool] = typer.Option(None, "--distributed/--single", help="Migrate as a multi-replica (distributed) or a single-device script (default: detected per script)."),
     exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="PATTERN", help="Skip paths matching this gitignore-style pattern (repeatable)."),
     no_gitignore: bool = typer.Option(False, "--no-gitignore", help="Also migrate files that .gitignore ignores."),
     only_changed: bool = typer.Option(False, "--only-changed", help="With --out DIR: write only the files that change."),
@@ -195,9 +196,12 @@ def command(
         _OUTPUT.update(format=output_format, report=report_path)
         inputs = [*(in_path or []), *(more_paths or [])]
         settings = _settings(inputs, config, target, select, ignore, exclude)
+        if distributed is not None:
+            settings.distributed = distributed
         if _is_single_file(inputs):
             code = _migrate_one(inputs[0] if inputs else None, out, in_place, diff, diff_file, check,
-                                settings.target, settings.select, settings.ignore, quiet, verbose)
+                                settings.target, settings.select, settings.ignore, quiet, verbose,
+                                settings.distributed)
         else:
             code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, not no_gitignore,
                                  only_changed, jobs, quiet, verbose)
@@ -259,7 +263,8 @@ def _validate_rules(target: str, select: list[str], ignore: list[str]) -> None:
         raise UsageError(f"unknown rule code or prefix: {', '.join(unknown)} (see --list-rules)")
 
 
-def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, quiet, verbose) -> int:
+def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, quiet, verbose,
+                 distributed=None) -> int:
     if in_path is None:
         raise UsageError("missing --in PATH (the script to migrate)")
     _validate_rules(target, select, ignore)
@@ -269,7 +274,7 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     named_out = out if out not in (None, "-") else None
     label_out = named_out or label_in
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
-                     path=label_in, out_path=label_out)
+                     path=label_in, out_path=label_out, distributed=distributed)
     if result.error is not None:
         if _machine_report([result], quiet) or _OUTPUT["format"] == "github":
             return EXIT_ERROR
@@ -329,7 +334,8 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, use_g
         raise UsageError(str(error)) from None
     tasks = _tasks(found, out, mirror, in_place)
     dry = diff or check
-    options = tree.Options(settings.target, settings.select or None, settings.ignore or None, write=not dry,
+    options = tree.Options(settings.target, settings.select or None, settings.ignore or None, settings.distributed,
+                           write=not dry,
                            copy_others=not only_changed,
                            want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json")
     with _progress(len(tasks), quiet) as progress:

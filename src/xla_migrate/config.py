@@ -22,7 +22,7 @@ class Settings:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)  # gitignore patterns, relative to config_dir
-    distributed: bool | None = None  # reserved for the XLA4xx distributed rules; validated, no effect yet
+    distributed: bool | None = None  # True/False: --distributed/--single; None: detected per script
     config_path: Path | None = None
     config_dir: Path | None = None
     cli_exclude: list[str] = field(default_factory=list)

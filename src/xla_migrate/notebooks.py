@@ -75,7 +75,7 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
             continue
         masked, saved = mask(source)
         result = migrate(masked, target=options.target, select=options.select, ignore=options.ignore,
-                         path=f"{task.path}:cell {number}")
+                         path=f"{task.path}:cell {number}", distributed=options.distributed)
         where = f"{task.path}:cell {number}"
         if result.error is not None:
             at = f":line {result.error.line}" if result.error.line is not None else ""

@@ -199,6 +199,7 @@ class Options:
     target: str
     select: list[str] | None
     ignore: list[str] | None
+    distributed: bool | None  # None: detected per script
     write: bool  # write outputs (a mirror or in place); False for --diff/--check
     copy_others: bool  # a mirror copies what it does not change (not with --only-changed)
     want_diff: bool
@@ -297,7 +298,7 @@ def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome)
     from .api import migrate
 
     result = migrate(data, target=options.target, select=options.select, ignore=options.ignore,
-                     path=task.path, out_path=task.out_path or task.path)
+                     path=task.path, out_path=task.out_path or task.path, distributed=options.distributed)
     outcome.parsed = True
     if result.error is not None:
         outcome.error = result.error.format(task.path)
