@@ -44,6 +44,24 @@ def is_training_args_class(ctx: MigrationContext, node: cst.BaseExpression, loca
     return bool(ctx.qualnames(node) & set(TRAINING_ARGS)) or patterns.dotted_name(node) in local
 
 
+def parsers_of_training_args(ctx: MigrationContext, node: cst.Assign, local: set[str]) -> dict[str, int]:
+    """For ``parser = HfArgumentParser((ModelArguments, TrainingArguments))``: {"parser": 1}, the position of
+    the TrainingArguments among the dataclasses its parse methods return."""
+    if not ctx.is_call_to(node.value, *ARG_PARSERS):
+        return {}
+    classes = patterns.positional(node.value)
+    first = classes[0].value if classes else None
+    elements = [e.value for e in first.elements] if isinstance(first, (cst.Tuple, cst.List)) else [first]
+    found: dict[str, int] = {}
+    for index, element in enumerate(elements):
+        if element is not None and is_training_args_class(ctx, element, local):
+            for target in node.targets:
+                name = patterns.dotted_name(target.target)
+                if name is not None:
+                    found[name] = index
+    return found
+
+
 def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     """``call`` with ``name=value`` appended as its last argument, laid out like the arguments before it."""
     new = cst.Arg(value=value, keyword=cst.Name(name),

@@ -79,18 +79,7 @@ class HfXlaOptimizer(Rule):
 
     # Parsed arguments --------------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
-        if not self.ctx.is_call_to(node.value, *hf_common.ARG_PARSERS):
-            return
-        call = node.value
-        classes = patterns.positional(call)
-        first = classes[0].value if classes else None
-        elements = [e.value for e in first.elements] if isinstance(first, (cst.Tuple, cst.List)) else [first]
-        for index, element in enumerate(elements):
-            if element is not None and hf_common.is_training_args_class(self.ctx, element, self._local):
-                for target in node.targets:
-                    name = patterns.dotted_name(target.target)
-                    if name is not None:
-                        self._parsers[name] = index
+        self._parsers.update(hf_common.parsers_of_training_args(self.ctx, node, self._local))
 
     def _parsed(self, node: cst.Call) -> None:
         method = node.func

@@ -1,0 +1,81 @@
+"""XLA604 hf-dataloader-workers: TrainingArguments that leave dataloader_num_workers at 0 are reported.
+
+What it does:
+    Reports ``TrainingArguments(...)`` (and ``Seq2SeqTrainingArguments``, ``SFTConfig``, the script's own
+    subclasses) without ``dataloader_num_workers`` or with it at ``0``, and arguments parsed from the command
+    line by ``HfArgumentParser`` that the script never gives a ``dataloader_num_workers`` (the default is 0
+    unless ``--dataloader_num_workers`` is passed). Nothing is rewritten: the right number depends on the
+    machine.
+
+Why:
+    The seeds: the data pipeline must be faster than the training step, so ``dataloader_num_workers`` (and
+    ``preprocessing_num_workers``) should be at least the number of devices and below the number of CPUs.
+    With 0 workers the batches are prepared in the training process, between steps, and the compiled XLA
+    step waits for them.
+
+Example:
+    args = TrainingArguments(output_dir="out")
+
+Use instead:
+    args = TrainingArguments(output_dir="out", dataloader_num_workers=4)  # >= devices, < CPUs
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.rule import Rule
+from xla_migrate.transforms import hf_common
+from xla_migrate.transforms.amp_common import short
+
+FIX = "pass dataloader_num_workers=<at least the number of devices, fewer than the CPUs>"
+
+
+class HfDataloaderWorkers(Rule):
+    code = "XLA604"
+    name = "hf-dataloader-workers"
+    summary = "TrainingArguments with dataloader_num_workers left at 0 are reported (use at least the device count)"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._local = hf_common.local_training_args_classes(ctx.module, ctx)
+        self._parsers: dict[str, int] = {}
+        self._reported: set[str] = set()
+        self._assigned = _assigns_workers(ctx.module)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._parsers.update(hf_common.parsers_of_training_args(self.ctx, node, self._local))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if hf_common.is_training_args_class(self.ctx, node.func, self._local):
+            workers = patterns.keyword(node, "dataloader_num_workers")
+            if workers is None and not hf_common.has_star_kwargs(node):
+                self.finding(node, f"{short(node.func)}(...) leaves dataloader_num_workers at 0", FIX)
+            elif workers is not None and isinstance(workers.value, cst.Integer) and int(workers.value.value) == 0:
+                self.finding(workers, "dataloader_num_workers=0: batches are prepared between steps", FIX)
+            return
+        method = patterns.method_call(node, *hf_common.PARSE_METHODS)
+        if method is None or self._assigned:
+            return
+        parser = patterns.dotted_name(method.value)
+        if parser in self._parsers and parser not in self._reported:
+            self._reported.add(parser)
+            self.finding(node, "parsed TrainingArguments keep dataloader_num_workers at 0 unless the command line "
+                               "passes --dataloader_num_workers",
+                         "pass --dataloader_num_workers N (at least the number of devices, fewer than the CPUs)")
+
+
+def _assigns_workers(module: cst.Module) -> bool:
+    """The script sets ``<args>.dataloader_num_workers = ...`` somewhere."""
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            nonlocal found
+            for target in node.targets:
+                if isinstance(target.target, cst.Attribute) and target.target.attr.value == "dataloader_num_workers":
+                    found = True
+
+    module.visit(Finder())
+    return found
