@@ -76,7 +76,8 @@ class HfStaticPadding(Rule):
                 return
             value = cst.SimpleString('"max_length"')
             self.replace(node, lambda updated: hf_common.with_keyword(updated, "padding", value),
-                         f"{short(node.func)}(...) pads to the longest in the batch by default: added padding=\"max_length\"")
+                         f"{short(node.func)}(...) pads to the longest in the batch by default: "
+                         'added padding="max_length"')
         elif _is_dynamic(padding.value):
             quote = padding.value.quote if isinstance(padding.value, cst.SimpleString) else '"'
             value = cst.SimpleString(f"{quote}max_length{quote}")

@@ -1,0 +1,150 @@
+"""XLA312 dynamic-shapes-in-loop: what changes tensor shapes from step to step in training is reported.
+
+What it does:
+    Reports, with the line and the fix: a ``DataLoader`` that a training loop iterates without
+    ``drop_last=True`` (its last batch is smaller when the dataset is not a multiple of the batch size);
+    in a training loop (the innermost loop that calls ``backward()``), boolean-mask indexing
+    (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
+    depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
+    one-argument ``torch.where(cond)``). Nothing is rewritten.
+
+Why:
+    XLA compiles one graph per set of input shapes. A shape that depends on the data (or a smaller last
+    batch) is a new graph: the step compiles again (measured: ``drop_last=False`` cost one extra compile per
+    epoch; a data-dependent shape can cost one per step). Keep shapes static: drop the last batch, and use
+    masks arithmetically instead of selecting with them.
+
+Example:
+    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+    for x, y in loader:
+        loss = criterion(model(x)[y >= 0], y[y >= 0])
+
+Use instead:
+    loader = DataLoader(dataset, batch_size=32, shuffle=True, drop_last=True)
+    for x, y in loader:
+        mask = (y >= 0).float()
+        loss = (criterion(model(x), y.clamp(min=0)) * mask).sum() / mask.sum()  # reduction="none"
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import loops, patterns
+from xla_migrate.facts import DATALOADERS, DEVICE_LOADERS
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.lazy_tensor_common import training_loop_of
+
+DATA_DEPENDENT = ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere",
+                  "torch.unique_consecutive")
+MASK_CALLS = ("torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or",
+              "torch.logical_not", "torch.logical_xor", "torch.eq", "torch.ne", "torch.gt", "torch.lt",
+              "torch.ge", "torch.le")
+MASK_FIX = ("keep the shape: use the mask arithmetically (torch.where(mask, x, 0), x * mask, "
+            "loss with reduction='none' times the mask, divided by mask.sum())")
+
+
+class DynamicShapesInLoop(Rule):
+    code = "XLA312"
+    name = "dynamic-shapes-in-loop"
+    summary = "training loaders without drop_last, boolean-mask indexing and nonzero() in training loops are reported"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._iterated = self._training_loader_names()
+        # Names bound to boolean masks, per training loop.
+        self._masks: dict[cst.CSTNode, set[str]] = {}
+
+    # Loaders ---------------------------------------------------------------------------------------------
+    def _training_loader_names(self) -> set[str]:
+        """Spellings of the loaders the training loops iterate (through enumerate/tqdm and device loaders)."""
+        names: set[str] = set()
+        device_loader_args: dict[str, str] = {}
+
+        class Finder(cst.CSTVisitor):
+            def visit_Assign(inner, node: cst.Assign) -> None:
+                value = node.value
+                if isinstance(value, cst.Call) and self.ctx.qualnames(value.func) & set(DEVICE_LOADERS):
+                    args = patterns.positional(value)
+                    source = patterns.dotted_name(args[0].value) if args else None
+                    for target in node.targets:
+                        spelling = patterns.dotted_name(target.target)
+                        if spelling and source:
+                            device_loader_args[spelling] = source
+
+        self.ctx.module.visit(Finder())
+        for loop in self.ctx.facts.training_loops:
+            if not isinstance(loop, cst.For):
+                continue
+            iterated = loops.loop_iterable(self.ctx, loop)
+            if isinstance(iterated, cst.Call) and self.ctx.qualnames(iterated.func) & set(DEVICE_LOADERS):
+                args = patterns.positional(iterated)
+                iterated = args[0].value if args else iterated
+            spelling = patterns.dotted_name(iterated)
+            if spelling is not None:
+                names.add(device_loader_args.get(spelling, spelling))
+        return names
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and self.ctx.qualnames(node.value.func) & set(DATALOADERS):
+            if any(patterns.dotted_name(t.target) in self._iterated for t in node.targets):
+                self._loader(node.value)
+        loop = training_loop_of(self.ctx, node)
+        if loop is not None and self._is_mask(node.value, loop):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self._masks.setdefault(loop, set()).add(target.target.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        if node in self.ctx.facts.training_loops:
+            iterated = loops.loop_iterable(self.ctx, node)
+            if isinstance(iterated, cst.Call) and self.ctx.qualnames(iterated.func) & set(DATALOADERS):
+                self._loader(iterated)
+
+    def _loader(self, call: cst.Call) -> None:
+        if patterns.keyword(call, "batch_sampler") is not None or any(a.star for a in call.args):
+            return
+        batch_size = patterns.keyword(call, "batch_size")
+        if batch_size is not None and patterns.dotted_name(batch_size.value) == "None":
+            return
+        drop_last = patterns.keyword(call, "drop_last")
+        if drop_last is None:
+            what = "without drop_last=True"
+        elif patterns.dotted_name(drop_last.value) == "False":
+            what = "with drop_last=False"
+        else:
+            return
+        self.finding(call, f"training DataLoader {what}: a smaller last batch has a new shape and compiles the "
+                           "step again", "pass drop_last=True (or make the dataset a multiple of the batch size)")
+
+    # Masks and data-dependent sizes in the loop ----------------------------------------------------------------
+    def _is_mask(self, node: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Comparison):
+            return True
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
+            return self._is_mask(node.expression, loop)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr)):
+            return self._is_mask(node.left, loop) or self._is_mask(node.right, loop)
+        if isinstance(node, cst.Call):
+            return bool(self.ctx.qualnames(node.func) & set(MASK_CALLS)) or bool(patterns.method_call(node, "bool"))
+        return isinstance(node, cst.Name) and node.value in self._masks.get(loop, set())
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        loop = training_loop_of(self.ctx, node)
+        if loop is None:
+            return
+        for element in node.slice:
+            if isinstance(element.slice, cst.Index) and self._is_mask(element.slice.value, loop):
+                self.finding(node, f"{short(node)}: boolean-mask indexing gives a shape that depends on the data",
+                             MASK_FIX)
+                return
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if training_loop_of(self.ctx, node) is None:
+            return
+        names = self.ctx.qualnames(node.func)
+        one_arg_where = "torch.where" in names and len(node.args) == 1
+        data_dependent = patterns.method_call(node, "nonzero", "masked_select", "unique")
+        if names & set(DATA_DEPENDENT) or one_arg_where or data_dependent:
+            self.finding(node, f"{short(node)}: the result's size depends on the data", MASK_FIX)
