@@ -1,0 +1,34 @@
+"""Proof tier (tests/xla): the summary line CI shows, with the number of scripts run per environment."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import xla_proof as xp  # noqa: E402
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not xp.RECORD and not xp.SKIPPED:
+        return
+    parts = []
+    for env in xp.TARGETS:
+        ran = [run for e, _, run in xp.RECORD if e == env]
+        failed = [run for run in ran if run.returncode != 0]
+        skipped = {name for e, name, _ in xp.SKIPPED if e == env}
+        parts.append(f"{env} env ran {len(ran)} scripts ({len(failed)} exited non-zero, "
+                     f"{len(skipped)} not run: {', '.join(sorted(skipped)) or 'none'})")
+    terminalreporter.write_sep("-", "xla tier")
+    terminalreporter.write_line("xla tier: " + "; ".join(parts))
+    for env, name, reason in sorted(xp.SKIPPED):
+        terminalreporter.write_line(f"  not run: {env}/{name}: {reason}")
+    for env, name, run in xp.RECORD:
+        last = run.final
+        terminalreporter.write_line(
+            f"  {env}/{name}: exit {run.returncode}, {len(run.losses)} steps, {len(run.blocks)} step markers, "
+            f"compiles {last.compiles if last else '?'}, runs {last.runs if last else '?'}, "
+            f"host reads {last.reads if last else '?'} ({run.closure_reads} in closures), {run.wall:.1f} s")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    xp.cleanup()  # the scripts' working folders (XLA_PROOF_KEEP=1 keeps them)
