@@ -145,7 +145,8 @@ model = (Net()
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_the_check_fails_when_xla900_is_ignored(target):
     assert uncovered(LEFTOVERS, target) == []
-    problems = uncovered(LEFTOVERS, target, ignore=["XLA900"])
+    # The distributed rules (XLA4xx) would remove the init_process_group("nccl") call: ignored here too.
+    problems = uncovered(LEFTOVERS, target, ignore=["XLA900", "XLA4"])
     # XLA103 reports the nvtx call and XLA101 rewrites the .cuda(); the import of nvtx, "nccl" and
     # torch.version.cuda are left silently without XLA900.
     assert [p.split(" has no finding")[0] for p in problems] == [

@@ -8,7 +8,8 @@ What it does:
     Where it has none (``2.9``: bfloat16 autocast needs no loss scaling), the scaler assignment is removed
     (a ``torch_xla.amp.GradScaler`` too) and its uses are rewritten: ``scaler.scale(loss)`` -> ``loss``,
     ``scaler.unscale_(opt)`` and ``scaler.update()`` removed, ``scaler.step(opt)`` -> the target's optimizer
-    step (``xm.optimizer_step(opt)``). Anything else that touches the scaler (``state_dict()`` in a
+    step (``xm.optimizer_step(opt)``; ``opt.step()`` in a distributed loop whose gradients XLA406 already
+    all-reduced). Anything else that touches the scaler (``state_dict()`` in a
     checkpoint, ``load_state_dict``, ``get_scale()``, ``is_enabled()``, passing it on) is reported with its
     line: the name no longer exists.
 
@@ -43,6 +44,7 @@ import libcst.matchers as m
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.amp_common import imported_from, joined, parenthesized_for_attribute, short
+from xla_migrate.transforms.distributed_common import explicitly_reduced_step
 
 # GradScaler(init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)
 CUDA_SCALERS = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
@@ -173,6 +175,16 @@ class GradScalerToXla(Rule):
                 return True
             return False
         if method == "step" and len(args) == 1 and len(positional) == 1:
+            if explicitly_reduced_step(self.ctx, node):
+                # XLA406 all-reduced the gradients after the backward: step without a second reduction.
+                def plain_step(updated: cst.Call) -> cst.Call:
+                    receiver = parenthesized_for_attribute(updated.args[0].value)
+                    return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("step")),
+                                    lpar=updated.lpar, rpar=updated.rpar)
+
+                self.replace(node, plain_step, f"{short(node)} -> {short(plain_step(node))} (gradients "
+                             "already all-reduced by XLA406)")
+                return True
             step = cst.parse_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))
             assert isinstance(step, cst.Call)
 

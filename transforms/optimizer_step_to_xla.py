@@ -11,6 +11,8 @@ What it does:
     scaler, or the unscaled branch of a script) is rewritten too: it is an unscaled step like any other.
     Scripts that build an ``accelerate.Accelerator`` are left alone: the prepared optimizer all-reduces on
     XLA itself (XLA605).
+    In a distributed loop whose gradients XLA406 all-reduces explicitly (they are clipped or read before the
+    step) the step stays ``optimizer.step()``: the gradients are reduced exactly once.
 
 Why:
     ``xm.optimizer_step`` all-reduces the gradients across replicas before stepping (a no-op on one device),
@@ -36,6 +38,7 @@ from xla_migrate import patterns
 from xla_migrate.facts import is_optimizer_param_name
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.distributed_common import explicitly_reduced_step
 
 
 def _named_like_optimizer(spelling: str) -> bool:
@@ -55,6 +58,10 @@ class OptimizerStepToXla(Rule):
             return
         spelling = patterns.dotted_name(method.value)
         if spelling is None or not self._is_optimizer(spelling, method.value):
+            return
+        if explicitly_reduced_step(self.ctx, node):
+            # XLA406 all-reduces this loop's gradients right after the backward: a second reduction here
+            # would run one more collective per step (distributed_common decides for both rules).
             return
         closure = self._closure(node)
         if closure is False:

@@ -30,8 +30,15 @@ DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distribut
 DISTRIBUTED_SAMPLERS = ("torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler")
 INIT_PROCESS_GROUP = ("torch.distributed.init_process_group", "torch.distributed.distributed_c10d.init_process_group")
 MP_SPAWN = ("torch.multiprocessing.spawn", "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.start_processes")
+# torch_xla's own multi-replica calls: a script already migrated stays distributed (idempotence).
+XLA_DISTRIBUTED = ("torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch",
+                   "torch_xla.core.xla_model.xrt_world_size", "torch_xla.core.xla_model.get_ordinal",
+                   "torch_xla.core.xla_model.get_local_ordinal", "torch_xla.core.xla_model.is_master_ordinal",
+                   "torch_xla.core.xla_model.all_reduce", "torch_xla.core.xla_model._fetch_gradients",
+                   "torch_xla.core.xla_model.rendezvous", "torch_xla.runtime.world_size",
+                   "torch_xla.runtime.global_ordinal", "torch_xla.runtime.local_ordinal")
 # Calls that make a script distributed (the distributed fact).
-DISTRIBUTED_CALLS = (*DDP, *DISTRIBUTED_SAMPLERS, *INIT_PROCESS_GROUP, *MP_SPAWN)
+DISTRIBUTED_CALLS = (*DDP, *DISTRIBUTED_SAMPLERS, *INIT_PROCESS_GROUP, *MP_SPAWN, *XLA_DISTRIBUTED)
 # The environment variables torchrun (and torch.distributed.launch --use_env) sets for each worker.
 TORCHRUN_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
