@@ -1,0 +1,186 @@
+"""The distributed rules (XLA401-XLA409): mode detection and its overrides, the gradient reduction done
+exactly once and in the seeds' order, and the coordination with XLA202/XLA204."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import libcst as cst
+import pytest
+
+from xla_migrate import migrate, migrate_file
+from xla_migrate.context import MigrationContext
+from xla_migrate.targets import get_target
+
+
+def facts_distributed(source: str) -> bool:
+    wrapper = cst.MetadataWrapper(cst.parse_module(textwrap.dedent(source)), unsafe_skip_copy=True)
+    return MigrationContext(wrapper, get_target("sagemaker")).distributed
+
+
+@pytest.mark.parametrize("source", [
+    "from torch.nn.parallel import DistributedDataParallel as DDP\nm = DDP(m)\n",
+    "import torch.distributed as dist\ndist.init_process_group('nccl')\n",
+    "from torch.utils.data.distributed import DistributedSampler\ns = DistributedSampler(d)\n",
+    "import torch\ns = torch.utils.data.DistributedSampler(d)\n",
+    "import os\nr = int(os.environ['LOCAL_RANK'])\n",
+    "import os\nr = os.environ.get('WORLD_SIZE', 1)\n",
+    "from os import getenv\nr = getenv('RANK')\n",
+    "import torch.multiprocessing as mp\nmp.spawn(f, nprocs=2)\n",
+    "import torch_xla.distributed.xla_multiprocessing as xmp\nxmp.spawn(f)\n",
+])
+def test_distributed_signals(source):
+    assert facts_distributed(source)
+
+
+@pytest.mark.parametrize("source", [
+    "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n",
+    "import os\nr = int(os.environ.get('SLURM_PROCID', 0))\n",
+    "import torch.distributed as dist\nprint(dist.is_available())\n",
+    "environ = {}\nr = environ['RANK']\n",
+])
+def test_single_device_scripts_are_not_distributed(source):
+    assert not facts_distributed(source)
+
+
+AMP_CLIP_DDP = '''\
+import os
+
+import torch
+from torch.cuda.amp import GradScaler, autocast
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    torch.manual_seed(0)
+    local_rank = int(os.environ["LOCAL_RANK"])
+    model = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler()
+    batches = iter(make_batches())
+    step = 0
+    while step < 100:
+        x, y = next(batches)
+        optimizer.zero_grad()
+        with autocast():
+            loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        step += 1
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _index(lines: list[str], pattern: str) -> int:
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    assert len(hits) == 1, (pattern, hits)
+    return hits[0]
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_order_backward_all_reduce_unscale_clip_step_barrier(target):
+    result = migrate(AMP_CLIP_DDP, target=target)
+    assert result.error is None
+    lines = result.code.splitlines()
+    backward = _index(lines, r"\.backward\(\)")
+    fetch = _index(lines, r"gradients = xm\._fetch_gradients\(optimizer\)")
+    reduce = _index(lines, r"xm\.all_reduce\(\"sum\", gradients, scale=1\.0 / ")
+    clip = _index(lines, r"clip_grad_norm_")
+    barrier = _index(lines, r"xm\.mark_step\(\)|torch_xla\.sync\(\)")
+    world = "xm.xrt_world_size()" if target == "sagemaker" else "xr.world_size()"
+    assert world in lines[reduce]
+    if target == "sagemaker":
+        # The seeds' AMP form: the scaler stays and makes the step.
+        unscale = _index(lines, r"scaler\.unscale_\(optimizer\)")
+        step = _index(lines, r"scaler\.step\(optimizer\)")
+        assert backward < fetch < reduce < unscale < clip < step < barrier
+    else:
+        # No GradScaler on 2.9: the step is the optimizer's own, without a second reduction.
+        step = _index(lines, r"^\s*optimizer\.step\(\)")
+        assert backward < fetch < reduce < clip < step < barrier
+    # Exactly once: no xm.optimizer_step (which would all-reduce again).
+    assert "optimizer_step" not in result.code
+    assert result.code.count("all_reduce") == 1
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_without_clipping_the_optimizer_step_reduces(target):
+    source = AMP_CLIP_DDP.replace("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", "")
+    result = migrate(source, target=target)
+    if target == "sagemaker":
+        # A kept GradScaler unscales and checks the gradients in scaler.step: reduce before it.
+        assert result.code.count("xm.all_reduce(") == 1 and "optimizer_step" not in result.code
+    else:
+        assert "all_reduce" not in result.code
+        assert result.code.count("xm.optimizer_step(optimizer)") == 1
+
+
+def test_single_device_scripts_gain_nothing_distributed():
+    source = AMP_CLIP_DDP.replace("DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])",
+                                  "torch.nn.Linear(8, 2).cuda()").replace(
+        'int(os.environ["LOCAL_RANK"])', "0").replace(
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n", "")
+    result = migrate(source, target="2.9")
+    assert not [c for c in result.changes if c.code.startswith("XLA4")]
+    assert "_mp_fn" not in result.code and "all_reduce" not in result.code
+    assert "xm.optimizer_step(optimizer)" in result.code
+    forced = migrate(source, target="2.9", distributed=True)
+    assert "def _mp_fn(index):" in forced.code
+    assert "torch_xla.launch(_mp_fn, args=())" in forced.code
+    assert forced.code.count("xm.all_reduce(") == 1
+
+
+def test_single_overrides_detection_and_says_so():
+    result = migrate(AMP_CLIP_DDP, target="sagemaker", distributed=False)
+    assert not [c for c in result.changes if c.code.startswith("XLA4")]
+    assert any(f.code == "XLA404" and "single-device" in f.message for f in result.findings)
+    assert "DDP(" in result.code
+
+
+def test_migrate_file_passes_distributed_through(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("import torch\n\n\ndef main():\n    pass\n\n\nif __name__ == '__main__':\n    main()\n")
+    assert "_mp_fn" not in migrate_file(path).code
+    assert "xmp.spawn(_mp_fn, args=())" in migrate_file(path, distributed=True).code
+
+
+def test_reduction_without_xla406_is_left_to_the_optimizer_step():
+    result = migrate(AMP_CLIP_DDP, target="2.9", ignore=["XLA406"])
+    assert "all_reduce" not in result.code
+    assert "xm.optimizer_step(optimizer)" in result.code
+
+
+def test_migrated_output_is_stable_with_every_rule():
+    for target in ("sagemaker", "2.9"):
+        once = migrate(AMP_CLIP_DDP, target=target)
+        twice = migrate(once.code, target=target)
+        assert twice.code == once.code, twice.diff
+        assert twice.changes == []
+
+
+def test_device_created_at_import_is_reported():
+    source = textwrap.dedent('''\
+        import os
+        import torch
+
+        device = torch.device("cuda")
+
+
+        def main():
+            rank = int(os.environ["RANK"])
+            print(rank, device)
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    result = migrate(source, target="sagemaker")
+    assert "xmp.spawn(_mp_fn, args=())" in result.code
+    assert any(f.code == "XLA407" and "import time" in f.message and f.line == 4 for f in result.findings)

@@ -1,0 +1,100 @@
+"""XLA401 distributed-ranks: torchrun ranks and torch.distributed rank calls become the target's ordinals.
+
+What it does:
+    In a distributed script, rewrites every read of a rank or the world size to the target's call:
+    ``int(os.environ["LOCAL_RANK"])``, ``os.environ.get("LOCAL_RANK", 0)``, ``os.getenv("LOCAL_RANK")`` ->
+    ``xm.get_local_ordinal()``; ``RANK`` and ``dist.get_rank()`` -> ``xm.get_ordinal()``; ``WORLD_SIZE``
+    and ``dist.get_world_size()`` -> ``xm.xrt_world_size()`` (``--target 2.9``: ``xr.local_ordinal()``,
+    ``xr.global_ordinal()``, ``xr.world_size()``). The ``int(...)`` around an environment read goes too.
+    A rank used as a CUDA device index (``model.to(local_rank)``, ``x.to(args.gpu)``) becomes the XLA
+    device. Reads inside a ``rank == 0`` guard that XLA402 rewrites are left to it. ``dist.get_rank(group)``
+    (a process group) is reported. Single-device scripts are left alone.
+
+Why:
+    Under ``xmp.spawn`` / ``torch_xla.launch`` nothing sets torchrun's environment variables, and without
+    a process group ``torch.distributed.get_rank()`` fails; the XLA runtime knows each worker's ordinal.
+    ``xm.xrt_world_size``/``xm.get_ordinal`` were removed in torch_xla 2.7: the ``2.9`` target uses
+    ``torch_xla.runtime``. An integer device index means a CUDA device to ``.to()``.
+
+Example:
+    local_rank = int(os.environ["LOCAL_RANK"])
+    world_size = dist.get_world_size()
+    model = Net().to(local_rank)
+
+Use instead:
+    local_rank = xm.get_local_ordinal()
+    world_size = xm.xrt_world_size()
+    model = Net().to(device)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.rule import Rule
+from xla_migrate.transforms import distributed_common as common
+from xla_migrate.transforms.amp_common import short
+
+
+class DistributedRanks(Rule):
+    code = "XLA401"
+    name = "distributed-ranks"
+    summary = "LOCAL_RANK/RANK/WORLD_SIZE and dist.get_rank()/get_world_size() -> the target's ordinal calls"
+    fix_safety = "review"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        common.register(ctx, self.code)
+
+    def _read(self, node: cst.BaseExpression) -> None:
+        if not self.ctx.distributed:
+            return
+        concept = common.rank_read(self.ctx, node)
+        if concept is None:
+            return
+        outer = common.outer_int(self.ctx, node)
+        if self._in_master_guard(outer):
+            return
+        new = self.ctx.spell_expression(concept)
+        self.replace(outer, lambda updated: new.with_changes(lpar=updated.lpar, rpar=updated.rpar),
+                     f"{short(outer)} -> {patterns.code_of(new)}")
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name):
+            self.import_may_be_dead("torch.distributed", None)
+            self.import_may_be_dead("torch", "distributed")
+
+    def _in_master_guard(self, node: cst.CSTNode) -> bool:
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.ComparisonTarget):
+            parent = self.ctx.parent(parent)
+        return (isinstance(parent, cst.Comparison) and common.active(self.ctx, "XLA402")
+                and common.master_guard(self.ctx, parent) is not None)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self._read(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.ctx.distributed:
+            return
+        self._read(node)
+        name = common.dist_call(self.ctx, node, *common.DIST_CONCEPTS)
+        if name is not None and node.args:
+            self.finding(node, f"{short(node)}: a rank in a process group has no XLA ordinal form",
+                         "use xm.get_ordinal() / xm.xrt_world_size() over all replicas, or xm collectives "
+                         "with groups=")
+        self._device_index(node)
+
+    def _device_index(self, node: cst.Call) -> None:
+        """``model.to(local_rank)``: an integer device index is a CUDA device."""
+        if not patterns.method_call(node, "to"):
+            return
+        args = patterns.positional(node)
+        if not args:
+            return
+        index = args[0].value
+        name = patterns.dotted_name(index)
+        if name is None or not common.RANK_INDEX_NAME.match(name.rsplit(".", 1)[-1]):
+            return
+        device = self.ctx.device_reference(node, self.code)
+        self.replace(index, cst.parse_expression(device), f".to({name}) -> .to({device}): the rank was a CUDA "
+                     "device index")

@@ -1,0 +1,143 @@
+"""XLA404 process-group-to-xla: the NCCL process group goes; barriers become rendezvous.
+
+What it does:
+    In a distributed script:
+
+    - ``dist.init_process_group("nccl", ...)`` (any backend, any arguments) and
+      ``dist.destroy_process_group()`` are removed, each with a change record; an ``if`` left with nothing
+      to do (``if dist.is_initialized(): dist.destroy_process_group()``) goes with them.
+    - ``dist.barrier()`` -> ``xm.rendezvous("barrier")``.
+    - ``dist.is_initialized()`` -> ``xm.xrt_world_size() > 1`` (``xr.world_size() > 1`` on ``2.9``): the
+      code it guarded ran when the script ran on several workers.
+
+    In a script that is distributed but migrated with ``--single`` nothing distributed is rewritten, and
+    one finding says so. ``torch.cuda.set_device(local_rank)`` is removed by XLA102.
+
+Why:
+    The process group exists for DDP and ``torch.distributed`` collectives. The migrated script keeps no
+    DDP wrapper (XLA405) and reduces gradients with torch_xla's own collectives (``xm.optimizer_step``,
+    ``xm.all_reduce``, XLA406), which need no process group: ``xmp.spawn`` / ``torch_xla.launch`` set up
+    the replicas. Keeping ``init_process_group("xla", init_method="xla://")`` (torch_xla 2.1+, with
+    ``import torch_xla.distributed.xla_backend``) would work on ``2.9`` but does nothing for this script
+    and does not exist in the seeds' API generation; removing it is the form that runs on both targets.
+    A script that keeps other ``torch.distributed`` collectives gets a finding for each (XLA900 reports the
+    ``"nccl"`` string when the call cannot be removed).
+
+Example:
+    dist.init_process_group(backend="nccl")
+    dist.barrier()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+Use instead:
+    xm.rendezvous("barrier")
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from xla_migrate import patterns
+from xla_migrate.rule import Rule
+from xla_migrate.transforms import distributed_common as common
+from xla_migrate.transforms.amp_common import short
+
+REMOVED = {
+    "init_process_group": "no process group is needed: the XLA launcher starts the replicas and the gradients "
+                          "are reduced with xm collectives",
+    "destroy_process_group": "there is no process group to destroy",
+}
+# torch.distributed functions a guard may test without side effects.
+_GUARDS = ("is_initialized", "is_available", "is_nccl_available", "is_torchelastic_launched")
+# Other torch.distributed collectives: reported, their XLA form is an xm collective.
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "reduce",
+               "reduce_scatter", "gather", "scatter", "all_to_all", "send", "recv", "new_group",
+               "all_gather_into_tensor", "reduce_scatter_tensor", "monitored_barrier")
+
+
+class ProcessGroupToXla(Rule):
+    code = "XLA404"
+    name = "process-group-to-xla"
+    summary = "init/destroy_process_group removed, dist.barrier() -> xm.rendezvous, is_initialized() -> world size > 1"
+    fix_safety = "review"
+
+    def visit_Module(self, node: cst.Module) -> None:
+        facts = self.ctx.facts
+        if not self.ctx.distributed and facts.distributed:
+            first = facts.distributed_signals[0]
+            self.finding(first, f"{short(first)}: the script is distributed, but it is migrated as a single-device "
+                         "script: DDP, the process group, ranks and samplers are left as they are",
+                         "migrate without --single to convert them, or remove them by hand")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.ctx.distributed:
+            return
+        ctx = self.ctx
+        name = common.dist_call(ctx, node, *REMOVED, "barrier", "is_initialized", *COLLECTIVES)
+        if name is None:
+            return
+        statement = ctx.parent(node)
+        alone = isinstance(statement, cst.Expr) and statement.value is node
+        if name in REMOVED:
+            if not alone:
+                self.finding(node, f"{short(node)}: its value is used", "remove the process group by hand")
+                return
+            self._remove(statement, f"removed {short(node)}: {REMOVED[name]}")
+        elif name == "barrier":
+            new = ctx.spell_expression("rendezvous", '"barrier"')
+            self.replace(node, new, f"{short(node)} -> {patterns.code_of(new)}")
+        elif name == "is_initialized":
+            if self._guards_removed_only(node):
+                return
+            new = cst.parse_expression(f"{ctx.spell('world_size')} > 1")
+            self.replace(node, new, f"{short(node)} -> {patterns.code_of(new)}: no process group on XLA")
+        else:
+            self.finding(node, f"{short(node)}: a torch.distributed collective needs a process group, which the "
+                         "migration removes", f"use the xm collective (e.g. {ctx.spell('all_reduce')}(\"sum\", "
+                         "[tensor]) reduces in place)")
+            return
+        self.import_may_be_dead("torch.distributed", None)
+        self.import_may_be_dead("torch", "distributed")
+
+    def _removable_if(self, statement: cst.Expr) -> cst.If | None:
+        """The ``if`` around ``statement`` when it is the only thing it does and its test only asks
+        whether torch.distributed is set up (``if dist.is_initialized():``)."""
+        line = self.ctx.parent(statement)
+        owner = None
+        if isinstance(line, cst.SimpleStatementSuite) and len(line.body) == 1:
+            owner = self.ctx.parent(line)
+        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            block = self.ctx.parent(line)
+            if isinstance(block, cst.IndentedBlock) and len(block.body) == 1:
+                owner = self.ctx.parent(block)
+        if not (isinstance(owner, cst.If) and owner.orelse is None
+                and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))):
+            return None
+        calls = m.findall(owner.test, m.Call())
+        if all(common.dist_call(self.ctx, c, *_GUARDS) for c in calls) and not m.findall(
+                owner.test, m.Await() | m.NamedExpr() | m.Yield()):
+            return owner
+        return None
+
+    def _guards_removed_only(self, node: cst.Call) -> bool:
+        current = self.ctx.parent(node)
+        while current is not None and not isinstance(current, cst.If):
+            current = self.ctx.parent(current)
+        if not isinstance(current, cst.If):
+            return False
+        body = current.body.body
+        if len(body) != 1:
+            return False
+        line = body[0]
+        small = line if isinstance(current.body, cst.SimpleStatementSuite) else (
+            line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None)
+        return (isinstance(small, cst.Expr) and common.dist_call(self.ctx, small.value, *REMOVED) is not None
+                and self._removable_if(small) is current)
+
+    def _remove(self, statement: cst.Expr, message: str) -> None:
+        owner = self._removable_if(statement)
+        if owner is not None:
+            self.remove(owner, f"{message} (with the `if` around it)")
+        else:
+            self.remove(statement, message)

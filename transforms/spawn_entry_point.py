@@ -1,0 +1,219 @@
+"""XLA407 spawn-entry-point: a distributed script starts its workers with the XLA launcher through _mp_fn.
+
+What it does:
+    In a distributed script (Hugging Face scripts are XLA602's):
+
+    - ``mp.spawn(worker, args=(...), nprocs=n, join=True)`` -> ``xmp.spawn(worker, args=(...))``
+      (``torch_xla.launch(worker, args=(...))`` on ``2.9``): both call ``worker(index, *args)``; the XLA
+      launcher starts one worker per device, so ``nprocs`` and ``join`` go.
+    - Otherwise (torchrun scripts), ``def _mp_fn(index): main()`` is added once, right after the entry
+      function, and the ``__main__`` block launches it instead of calling the entry function:
+      ``main(args)`` becomes ``xmp.spawn(_mp_fn, args=(args,))`` with ``def _mp_fn(index, args):
+      main(args)``. The entry function is the module-level function the ``__main__`` block calls (or a
+      ``main()`` called at the top level, which gets a ``__main__`` guard).
+    - A script with no such function is reported: wrap its top-level training code in ``def main():``.
+    - Where the XLA device is created at import time (a module-level ``device = xm.xla_device()``), a
+      finding says to create it inside the worker.
+
+Why:
+    The seeds: the runtime calls ``_mp_fn(index)`` once per worker. torchrun starts the processes for a
+    CUDA script; on XLA ``xmp.spawn`` / ``torch_xla.launch`` (torch_xla 2.5+) start them, one per device,
+    each with its ordinal set. The device must be created in the worker: using it in the parent before the
+    spawn initialises the runtime there, and the spawn then fails.
+
+Example:
+    def main():
+        train()
+
+
+    if __name__ == "__main__":
+        main()
+
+Use instead:
+    def main():
+        train()
+
+
+    def _mp_fn(index):
+        # Called once per XLA worker (index: the worker's ordinal).
+        main()
+
+
+    if __name__ == "__main__":
+        xmp.spawn(_mp_fn, args=())
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import GlobalScope
+
+from xla_migrate import patterns
+from xla_migrate.facts import MP_SPAWN
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.amp_common import short
+
+LAUNCHERS = ("torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")
+_MP_FN = "_mp_fn"
+
+
+class SpawnEntryPoint(Rule):
+    code = "XLA407"
+    name = "spawn-entry-point"
+    summary = "mp.spawn -> xmp.spawn; torchrun scripts get def _mp_fn(index): main() launched from __main__"
+    fix_safety = "review"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._spawns: list[cst.Call] = []
+        self._launched = False
+        self._functions: dict[str, cst.FunctionDef] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        names = self.ctx.qualnames(node.func)
+        if names & set(MP_SPAWN):
+            self._spawns.append(node)
+        elif names & set(LAUNCHERS):
+            self._launched = True
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for statement in node.body:
+            if isinstance(statement, cst.FunctionDef):
+                self._functions[statement.name.value] = statement
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        ctx = self.ctx
+        if not ctx.distributed or getattr(ctx.facts, "is_hf_script", False):
+            return
+        if self._spawns:
+            for call in self._spawns:
+                self._convert(call)
+        elif _MP_FN in self._functions or self._launched:
+            return
+        elif not self._entry_point():
+            return
+        self._device_at_import()
+
+    # mp.spawn(fn, args=..., nprocs=...) ----------------------------------------------------------------------
+    def _convert(self, node: cst.Call) -> None:
+        positional = patterns.positional(node)
+        fn = positional[0].value if positional else (patterns.keyword(node, "fn").value
+                                                      if patterns.keyword(node, "fn") else None)
+        args = patterns.keyword(node, "args") or (positional[1] if len(positional) > 1 else None)
+        if fn is None or any(a.star for a in node.args):
+            self.finding(node, f"{short(node)}: cannot read the spawned function", "launch it with xmp.spawn(fn, args=(...))")
+            return
+        if args is None:
+            inner = ""
+        elif isinstance(args.value, cst.Tuple):
+            elements = [patterns.code_of(e.value) for e in args.value.elements]
+            inner = ", ".join(elements) + ("," if len(elements) == 1 else "")
+        else:
+            inner = f"*{patterns.code_of(args.value)},"
+        new = self.ctx.spell_expression("launch", patterns.code_of(fn), inner)
+        dropped = [a.keyword.value for a in node.args if a.keyword and a.keyword.value not in ("fn", "args")]
+        note = f" ({', '.join(dropped)} dropped: one worker per XLA device)" if dropped else ""
+        self.replace(node, new, f"{short(node)} -> {short(new, 80)}{note}")
+        self.import_may_be_dead("torch.multiprocessing", None)
+        self.import_may_be_dead("torch", "multiprocessing")
+
+    # torchrun scripts: _mp_fn ----------------------------------------------------------------------------------
+    def _entry_point(self) -> bool:
+        ctx = self.ctx
+        guard = ctx.facts.main_guard
+        call_statement, call = None, None
+        if guard is not None and isinstance(guard.body, cst.IndentedBlock):
+            for statement in guard.body.body:
+                call = self._entry_call(statement)
+                if call is not None:
+                    call_statement = statement
+                    break
+        else:
+            for statement in ctx.module.body:
+                call = self._entry_call(statement)
+                if call is not None and call.func.value == "main":
+                    call_statement = statement
+                    break
+            call = call if call_statement is not None else None
+        if call is None:
+            where = guard if guard is not None else ctx.module.body[0] if ctx.module.body else ctx.module
+            self.finding(where, "distributed script without an entry function to launch on each XLA worker",
+                         f"wrap the training code in def main():, add def {_MP_FN}(index): main() and launch it "
+                         f"under if __name__ == \"__main__\": with {self._spelled_launch('()')}")
+            return False
+        function = self._functions[call.func.value]
+        parameters, spawn_args = [], []
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                self.finding(call, f"{short(call)}: unpacked arguments", f"pass them to {_MP_FN} through args=")
+                return False
+            name = arg.value.value if isinstance(arg.value, cst.Name) else (
+                arg.keyword.value if arg.keyword else
+                function.params.params[index].name.value if index < len(function.params.params) else f"arg{index}")
+            if name in parameters or name == "index":
+                name = f"arg{index}"
+            parameters.append(name)
+            spawn_args.append(patterns.code_of(arg.value))
+        passed = ", ".join(f"{a.keyword.value}={p}" if a.keyword else p for a, p in zip(call.args, parameters))
+        signature = ", ".join(["index", *parameters])
+        mp_fn = cst.parse_statement(
+            f"def {_MP_FN}({signature}):\n"
+            f"    # Called once per XLA worker (index: the worker's ordinal).\n"
+            f"    {call.func.value}({passed})\n",
+            config=ctx.module.config_for_parsing)
+        blank = max(0, 2 - self._blank_lines_left(function))
+        mp_fn = mp_fn.with_changes(leading_lines=[cst.EmptyLine()] * blank)
+        self.insert_after(function, [mp_fn], f"def {_MP_FN}({signature}): {call.func.value}({passed}) (once per "
+                          "XLA worker)")
+        inner = ", ".join(spawn_args) + ("," if len(spawn_args) == 1 else "")
+        launch = self.ctx.spell_expression("launch", _MP_FN, inner)
+        if guard is not None:
+            self.replace(call, launch, f"{short(call)} -> {short(launch, 80)}")
+        else:
+            guarded = cst.parse_statement(f"if __name__ == \"__main__\":\n    {patterns.code_of(launch)}\n",
+                                          config=ctx.module.config_for_parsing)
+            self.replace(call_statement, lambda updated: guarded.with_changes(leading_lines=updated.leading_lines),
+                         f"{short(call)} -> {short(launch, 80)} under if __name__ == \"__main__\":")
+        return True
+
+    def _blank_lines_left(self, function: cst.FunctionDef) -> int:
+        """Blank lines the engine moves to the end of ``function`` from trailing statements other rules
+        remove (``dist.destroy_process_group()`` after a blank line): they already separate it from _mp_fn."""
+        body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+        removed = self.ctx.edits.remove
+        count = 0
+        for statement in reversed(body):
+            gone = statement in removed or (isinstance(statement, cst.SimpleStatementLine)
+                                            and all(s in removed for s in statement.body))
+            if not gone:
+                break
+            count += sum(1 for line in statement.leading_lines if line.comment is None)
+        return count
+
+    def _entry_call(self, statement: cst.BaseStatement) -> cst.Call | None:
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr)):
+            return None
+        call = statement.body[0].value
+        if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in self._functions:
+            return call
+        return None
+
+    def _spelled_launch(self, args: str) -> str:
+        return self.ctx.target.spelling("launch").template.format(_MP_FN, args.strip("()"), xmp="xmp",
+                                                                    torch_xla="torch_xla")
+
+    def _device_at_import(self) -> None:
+        ctx = self.ctx
+        for scope, names in ctx.facts.device_names.items():
+            if isinstance(scope, GlobalScope):
+                for name in sorted(names):
+                    for assignment in scope.assignments[name]:
+                        self.finding(assignment.node, f"{name}: the XLA device is created at import time, in the "
+                                     "launcher's process too", "create it inside the worker (in main or "
+                                     f"{_MP_FN}): using the device before the spawn fails")
+        for scope, name in ctx._bound_devices.items():
+            if isinstance(scope, GlobalScope):
+                self.finding(ctx.module.body[0], f"{name} = {ctx.spell('device')} is bound at module level: the "
+                             "device is created at import time, in the launcher's process too",
+                             f"create it inside the worker (in main or {_MP_FN})")
