@@ -12,7 +12,7 @@ import weakref
 
 import libcst as cst
 
-from xla_migrate import patterns
+from xla_migrate import loops, patterns
 from xla_migrate.context import MigrationContext
 
 STEP_CLOSURES = ("torch_xla.core.xla_model.add_step_closure",)
@@ -45,6 +45,50 @@ def training_loop_of(ctx: MigrationContext, node: cst.CSTNode) -> cst.For | cst.
             return current if current in ctx.facts.training_loops else None
         child, current = current, ctx.parent(current)
     return None
+
+
+def after_step_end(ctx: MigrationContext, node: cst.CSTNode, loop: cst.For | cst.While) -> bool:
+    """``node`` runs after the step's graph ran: after a step barrier in the loop body, or, in a loop that
+    iterates no device loader, after the optimizer step (where XLA302 puts the barrier). Its reads cost no
+    extra graph execution. In a device-loader loop the step ends at the next batch: nothing is after it."""
+    if not isinstance(loop.body, cst.IndentedBlock):
+        return False
+    body = list(loop.body.body)
+    current: cst.CSTNode | None = node
+    while current is not None and current not in body:
+        current = ctx.parent(current)
+    if current is None:
+        return False
+    earlier = body[:body.index(current)]
+    if any(_contains(ctx, s, _is_barrier) for s in earlier):
+        return True
+    if loops.iterates_device_loader(ctx, loop) or loops.has_step_barrier(ctx, loop):
+        return False
+    return any(_contains(ctx, s, loops.is_optimizer_step) for s in earlier)
+
+
+def _is_barrier(ctx: MigrationContext, node: cst.CSTNode) -> bool:
+    if not isinstance(node, cst.Call):
+        return False
+    names = ctx.qualnames(node.func)
+    barrier = patterns.keyword(node, "barrier")
+    return bool(names & set(loops.STEP_BARRIERS)) or (
+        loops.OPTIMIZER_STEP in names and barrier is not None and patterns.dotted_name(barrier.value) == "True")
+
+
+def _contains(ctx: MigrationContext, statement: cst.CSTNode, predicate) -> bool:
+    found = False
+
+    class Finder(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            found = found or predicate(ctx, node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    statement.visit(Finder())
+    return found
 
 
 def in_step_closure(ctx: MigrationContext, node: cst.CSTNode) -> bool:
@@ -205,7 +249,7 @@ def logging_statement(ctx: MigrationContext, node: cst.Expr) -> tuple[cst.Call, 
     if not isinstance(call, cst.Call) or not is_logging_call(ctx, call):
         return None
     loop = training_loop_of(ctx, node)
-    if loop is None or in_step_closure(ctx, node):
+    if loop is None or in_step_closure(ctx, node) or after_step_end(ctx, node, loop):
         return None
     found = reads(ctx, call, tensor_names(ctx, loop))
     return (call, found) if found else None

@@ -6,7 +6,9 @@ What it does:
     ``x.numpy()`` in assignments, accumulations (``total += loss.item()``), calls (``losses.append(...)``),
     and ``if``/``while`` conditions that test a tensor (``if loss.item() > 10:``, ``if torch.isnan(loss):``).
     Nothing is rewritten: the value is used in the step itself. Logging statements are XLA310's (moved into
-    a step closure); reads inside ``xm.add_step_closure`` are already where they belong.
+    a step closure); reads inside ``xm.add_step_closure`` are already where they belong, and so are reads
+    after the step's end (after a step barrier, or after the optimizer step in a loop without a device
+    loader, where XLA302 marks the step).
 
 Why:
     Each read runs the step's graph up to that value before the step ends: a second graph execution every
@@ -52,7 +54,7 @@ class LazyTensorHostReads(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         loop = lazy.training_loop_of(self.ctx, node)
-        if loop is None or lazy.in_step_closure(self.ctx, node):
+        if loop is None or lazy.in_step_closure(self.ctx, node) or lazy.after_step_end(self.ctx, node, loop):
             return
         if not lazy.reads(self.ctx, node, set()) == [node] and not self._is_conversion(node, loop):
             return
@@ -82,7 +84,7 @@ class LazyTensorHostReads(Rule):
 
     def _condition(self, node: cst.If | cst.While) -> None:
         loop = lazy.training_loop_of(self.ctx, node)
-        if loop is None or node is loop:
+        if loop is None or node is loop or lazy.after_step_end(self.ctx, node, loop):
             return
         if lazy.reads(self.ctx, node.test, lazy.tensor_names(self.ctx, loop)):
             self.finding(node.test, f"{short(node.test)}: a condition on a tensor's value reads it to the host "

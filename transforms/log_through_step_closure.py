@@ -7,8 +7,11 @@ What it does:
     ``float(loss)``, ``print(loss)``, ``f"{loss:.4f}"``) is moved into the target's step closure:
     ``xm.add_step_closure(lambda loss, step: print(...), args=(loss, step))``. The lambda takes the tensors
     (and the loop's own variables it reads) as arguments, so it logs the values of this step, read after
-    the step's graph ran. Reads that feed control flow or are accumulated are left to XLA311, which reports
-    them.
+    the step's graph ran; long closures get one argument per line. Reads that feed control flow or are
+    accumulated are left to XLA311, which reports them. Logging after the step's end is left as it is: after
+    a step barrier in the loop body or, in a loop that iterates no device loader, after the optimizer step
+    (where XLA302 marks the step); its reads cost no extra graph run. In a device-loader loop the step ends
+    at the next batch, so everything in the body is mid-step.
 
 Why:
     XLA runs a step's graph when the step is marked. Reading a value in the middle of the step
@@ -38,11 +41,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate import patterns
 from xla_migrate.rule import Rule
 from xla_migrate.transforms import lazy_tensor_common as lazy
 from xla_migrate.transforms.amp_common import short
 
 _PLACEHOLDER = "__xla_migrate_logging__"
+# Longer closures get one argument per line.
+LINE_LIMIT = 100
 
 
 class _Substitute(cst.CSTTransformer):
@@ -73,10 +79,22 @@ class LogThroughStepClosure(Rule):
         head = f"lambda {params}:" if captured else "lambda:"
         template = cst.parse_expression(f"{closure}({head} {_PLACEHOLDER}{args})")
 
+        one_line = len(patterns.code_of(call)) + len(f"{closure}({head} {args})") + self._indent(node)
+        if one_line > LINE_LIMIT and isinstance(template, cst.Call):
+            template = _one_argument_per_line(template)
+
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
             return template.visit(_Substitute(updated))
 
         self.replace(call, wrap, f"{short(call)} reads tensors mid-step -> {closure}({head} ...)")
+
+    def _indent(self, node: cst.CSTNode) -> int:
+        depth, current = 0, self.ctx.parent(node)
+        while current is not None:
+            if isinstance(current, cst.IndentedBlock):
+                depth += 1
+            current = self.ctx.parent(current)
+        return depth * len(self.ctx.module.default_indent)
 
     def _captured(self, call: cst.Call, loop: cst.For | cst.While) -> list[str]:
         """Names the closure takes as arguments, in order of use: the loop's tensors and every name the
@@ -111,6 +129,18 @@ class LogThroughStepClosure(Rule):
                     return True
                 current = self.ctx.parent(current)
         return False
+
+
+def _one_argument_per_line(call: cst.Call) -> cst.Call:
+    """``f(a, b)`` as ``f(\n    a,\n    b,\n)`` at the statement's indentation."""
+    def line_break(last_line: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(last_line))
+
+    args = list(call.args)
+    indent = "    "
+    laid_out = [a.with_changes(comma=cst.Comma(whitespace_after=line_break(indent if i < len(args) - 1 else "")))
+                for i, a in enumerate(args)]
+    return call.with_changes(args=laid_out, whitespace_before_args=line_break(indent))
 
 
 def _loaded_names(node: cst.CSTNode) -> list[cst.Name]:
