@@ -8,7 +8,8 @@ What it does:
     ``xr.global_ordinal()``, ``xr.world_size()``). The ``int(...)`` around an environment read goes too.
     A rank used as a CUDA device index (``model.to(local_rank)``, ``x.to(args.gpu)``) becomes the XLA
     device. Reads inside a ``rank == 0`` guard that XLA402 rewrites are left to it. ``dist.get_rank(group)``
-    (a process group) is reported. Single-device scripts are left alone.
+    (a process group) and a ``--local_rank`` command-line option (torch.distributed.launch's) are
+    reported. Single-device scripts are left alone.
 
 Why:
     Under ``xmp.spawn`` / ``torch_xla.launch`` nothing sets torchrun's environment variables, and without
@@ -77,12 +78,23 @@ class DistributedRanks(Rule):
         if not self.ctx.distributed:
             return
         self._read(node)
+        self._local_rank_argument(node)
         name = common.dist_call(self.ctx, node, *common.DIST_CONCEPTS)
         if name is not None and node.args:
             self.finding(node, f"{short(node)}: a rank in a process group has no XLA ordinal form",
                          "use xm.get_ordinal() / xm.xrt_world_size() over all replicas, or xm collectives "
                          "with groups=")
         self._device_index(node)
+
+    def _local_rank_argument(self, node: cst.Call) -> None:
+        """``parser.add_argument("--local_rank", ...)``: torch.distributed.launch passed it; no XLA launcher does."""
+        if not patterns.method_call(node, "add_argument"):
+            return
+        flags = [patterns.string_value(a.value) for a in patterns.positional(node)]
+        if any(flag in ("--local_rank", "--local-rank") for flag in flags):
+            self.finding(node, f"{short(node)}: no XLA launcher passes --local_rank; args.local_rank keeps its "
+                         "default in every worker", f"use {self.ctx.spell('local_ordinal')} where the script "
+                         "reads args.local_rank (guards and .to(args.local_rank) are rewritten)")
 
     def _device_index(self, node: cst.Call) -> None:
         """``model.to(local_rank)``: an integer device index is a CUDA device."""
