@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 WHOLE_SCRIPTS = "scripts"
 # Folders that are not golden pairs.
-NOT_GOLDEN = {"runnable", "examples"}
+NOT_GOLDEN = {"runnable", "examples", "realistic"}
 
 
 @dataclass(frozen=True)

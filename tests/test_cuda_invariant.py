@@ -99,6 +99,13 @@ def uncovered(source: str, target: str, ignore: list[str] | None = None) -> list
     """The CUDA constructs left in the migrated output without a finding on their input line."""
     result = migrate(source, target=target, ignore=ignore)
     assert result.error is None, result.error
+    return uncovered_in(result)
+
+
+def uncovered_in(result) -> list[str]:
+    """The CUDA constructs left in ``result``'s output without a finding on their input line (``result``
+    is a successful ``MigrationResult``; its decoded source and code are compared)."""
+    source = result.source
     finding_lines = {f.line for f in result.findings}
     old_lines = source.splitlines()
     mapping = input_lines_for(source, result.code)

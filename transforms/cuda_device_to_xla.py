@@ -62,17 +62,30 @@ class CudaDeviceToXla(Rule):
             return
         name = patterns.dotted_name(target)
         # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
-        if name is None or "type" in name.rsplit(".", 1)[-1] or not _is_cuda_value(value):
+        if name is None or "type" in name.rsplit(".", 1)[-1] or not self._is_definition_value(value):
             return
         device = self.ctx.spell("device")
         self.replace(value, cst.parse_expression(device), f"{self._short(value)} -> {device}")
+
+    def _is_definition_value(self, value: cst.BaseExpression) -> bool:
+        # `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` as a whole.
+        return _is_cuda_value(value) or (isinstance(value, cst.IfExp) and is_cuda_device_expr(value, self.ctx.qualnames))
+
+    def _in_definition(self, node: cst.CSTNode) -> bool:
+        """``node`` is the first branch of a conditional device definition, which is replaced whole."""
+        parent = self.ctx.parent(node)
+        if not isinstance(parent, cst.IfExp) or parent.body is not node:
+            return False
+        statement = self.ctx.parent(parent)
+        return (isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is parent
+                and self._is_definition_value(parent))
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         if ctx.facts.uses_accelerate:
             return
         if ctx.is_call_to(node, "torch.device"):
-            if is_cuda_device_expr(node, ctx.qualnames):
+            if is_cuda_device_expr(node, ctx.qualnames) and not self._in_definition(node):
                 self._device_call(node)
             return
         if patterns.method_call(node, "cuda") and not ctx.qualnames(node.func) & {"torch.cuda"}:

@@ -1,0 +1,247 @@
+"""The realistic-script suite: training scripts written the way people write them (``fixtures/realistic/``),
+each migrated with every rule for every target. Not goldens: properties that must hold for any script.
+
+For every script and target:
+
+* no error, and the output compiles (``compile`` on the output bytes, so a coding cookie is honoured);
+* idempotent: migrating the output again gives the same bytes and no changes;
+* no CUDA construct is left silently (the checker of ``test_cuda_invariant``);
+* nothing is lost that was not meant to change: every input line that the diff deletes or replaces lies in
+  the statement of a change record (a simple statement, or a whole compound statement when the change is on
+  its header), is an import line made dead (and no name it bound is still used), or is a blank line next to
+  such a line. Every other input line is in the output, byte for byte (line ending included), in order;
+* the encoding, the line-ending style, the final newline and the indentation characters are kept;
+* every change and finding names a line and column of the input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import io
+import tokenize
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from goldens import FIXTURES
+from libcst.metadata import MetadataWrapper, PositionProvider
+from test_cuda_invariant import uncovered_in
+
+from xla_migrate import migrate
+from xla_migrate.targets import TARGETS
+
+REALISTIC = FIXTURES / "realistic"
+SCRIPTS = sorted(REALISTIC.glob("*.py"))
+
+
+@functools.cache
+def _migrate(path: Path, target: str):
+    """One migration per script and target, shared by the tests (which only read it)."""
+    result = migrate(path.read_bytes(), target=target, path=path.name)
+    assert result.error is None, result.error.format(path.name)
+    return result
+
+
+# Which input lines a change record accounts for -------------------------------------------------------------
+class _Spans(cst.CSTVisitor):
+    """Statement spans of the input: (first line incl. leading lines, last line, header end, is_compound)."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.simple: list[tuple[int, int]] = []
+        self.compound: list[tuple[int, int, int]] = []  # (first, last, last header line)
+        self.imports: list[tuple[int, int, set[str]]] = []
+
+    def _first(self, node) -> int:
+        return self.get_metadata(PositionProvider, node).start.line - len(node.leading_lines)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        first, last = self._first(node), self.get_metadata(PositionProvider, node).end.line
+        self.simple.append((first, last))
+        if all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body):
+            self.imports.append((first, last, _bound_names(node)))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.BaseCompoundStatement):
+            position = self.get_metadata(PositionProvider, node)
+            # The header ends where the first statement (or case) of the body starts.
+            if isinstance(node, cst.Match):
+                first = node.cases[0]
+            elif isinstance(node.body, cst.IndentedBlock) and node.body.body:
+                first = node.body.body[0]
+            else:
+                first = None
+            header_end = (self.get_metadata(PositionProvider, first).start.line - len(first.leading_lines) - 1
+                          if first is not None else position.end.line)
+            self.compound.append((self._first(node), position.end.line, header_end))
+        return super().on_visit(node)
+
+
+def _bound_names(statement: cst.SimpleStatementLine) -> set[str]:
+    names = set()
+    for small in statement.body:
+        if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+            for alias in small.names:
+                if alias.asname is not None:
+                    names.add(alias.evaluated_alias)
+                elif isinstance(small, cst.Import):
+                    names.add(alias.evaluated_name.split(".")[0])
+                else:
+                    names.add(alias.evaluated_name)
+    return names
+
+
+def _used_names(module: cst.Module) -> set[str]:
+    class Names(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.names: set[str] = set()
+            self.in_import = 0
+
+        def visit_Import(self, node) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node) -> bool:
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.names.add(node.value)
+
+    visitor = Names()
+    module.visit(visitor)
+    return visitor.names
+
+
+def unexplained_losses(result) -> list[str]:
+    """Input lines the output deleted or replaced that no change record accounts for."""
+    old = result.source.splitlines(keepends=True)
+    new = result.output_bytes.decode(result.encoding).splitlines(keepends=True)
+    if result.encoding == "utf-8-sig":
+        new[:1] = [new[0].removeprefix("\ufeff")] if new else []
+    spans = _Spans()
+    MetadataWrapper(cst.parse_module(result.source)).visit(spans)
+    explained: set[int] = set()
+    for change in result.changes:
+        for first, last in spans.simple:
+            if first <= change.line <= last:
+                explained.update(range(first, last + 1))
+        for first, last, header_end in spans.compound:
+            if first <= change.line <= header_end:
+                explained.update(range(first, last + 1))
+    output_module = cst.parse_module(result.code)
+    output_spans = _Spans()
+    MetadataWrapper(output_module).visit(output_spans)
+    still_bound = set().union(*(names for _, _, names in output_spans.imports))
+    used = _used_names(output_module)
+    problems = []
+    for first, last, names in spans.imports:
+        dropped = names - still_bound
+        if dropped & used:
+            problems.append(f"input lines {first}-{last}: import of {sorted(dropped & used)} removed, still used")
+        explained.update(range(first, last + 1))
+    # Blank lines next to an explained line (removals merge the gaps around them).
+    blank = {i + 1 for i, line in enumerate(old) if not line.strip()}
+    grown = True
+    while grown:
+        grown = False
+        for i in blank - explained:
+            if i - 1 in explained or i + 1 in explained:
+                explained.add(i)
+                grown = True
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag in ("delete", "replace"):
+            for i in range(i1, i2):
+                if i + 1 not in explained:
+                    problems.append(f"input line {i + 1} {tag}d without a change record: {old[i]!r}")
+    return problems
+
+
+# Layout ------------------------------------------------------------------------------------------------------
+def _endings(lines: list[str]) -> set[str]:
+    return {line[len(line.rstrip("\r\n")):] for line in lines if line.endswith(("\n", "\r"))}
+
+
+def _indent_chars(code: str) -> set[str]:
+    tokens = tokenize.generate_tokens(io.StringIO(code).readline)
+    return {c for t in tokens if t.type == tokenize.INDENT for c in t.string}
+
+
+def layout_problems(result) -> list[str]:
+    source, output = result.source, result.output_bytes.decode(result.encoding)
+    problems = []
+    old_endings, new_endings = _endings(source.splitlines(True)), _endings(output.splitlines(True))
+    if len(old_endings) == 1 and new_endings != old_endings:
+        problems.append(f"line endings {sorted(old_endings)} became {sorted(new_endings)}")
+    if source.endswith(("\n", "\r")) != output.endswith(("\n", "\r")):
+        problems.append("the final newline changed")
+    if not _indent_chars(output) <= _indent_chars(source):
+        problems.append(f"indentation {sorted(_indent_chars(source))} became {sorted(_indent_chars(output))}")
+    return problems
+
+
+def position_problems(result) -> list[str]:
+    lines = result.source.splitlines()
+    problems = []
+    for record in [*result.changes, *result.findings]:
+        if not 1 <= record.line <= len(lines):
+            problems.append(f"{record.code} names line {record.line} of {len(lines)}: {record.message}")
+        elif not 1 <= record.column <= len(lines[record.line - 1]) + 1:
+            problems.append(f"{record.code} names column {record.column} of line {record.line}: {record.message}")
+    return problems
+
+
+# The suite -----------------------------------------------------------------------------------------------------
+PARAMS = [pytest.param(path, target, id=f"{path.stem}[{target}]") for path in SCRIPTS for target in TARGETS]
+
+
+def test_the_suite_is_realistic_enough():
+    assert len(SCRIPTS) >= 20
+    raw = {path.name: path.read_bytes() for path in SCRIPTS}
+    assert any(b"\r\n" in data for data in raw.values()), "a CRLF script"
+    assert any(b"\n\t" in data for data in raw.values()), "a tab-indented script"
+    assert any(b"coding: cp1252" in data for data in raw.values()), "a Windows-1252 script with a cookie"
+    assert any(not data.endswith(b"\n") for data in raw.values()), "a script without a final newline"
+    for needle in (b"exec(open(", b"match ", b":=", b"no_sync", b"torch.compile", b"map_location", b"mp.spawn",
+                   b"apex", b'__name__ == "__main__"', b"DistributedDataParallel", b"@torch.no_grad()"):
+        assert any(needle in data for data in raw.values()), needle
+
+
+@pytest.mark.parametrize("path, target", PARAMS)
+def test_migrates_compiles_and_is_idempotent(path, target):
+    result = _migrate(path, target)
+    assert result.changed, "a realistic CUDA script that nothing changed"
+    compile(result.output_bytes, path.name, "exec", dont_inherit=True)
+    again = migrate(result.output_bytes, target=target, path=path.name)
+    assert again.error is None, again.error
+    assert again.changes == [], again.changes
+    assert again.output_bytes == result.output_bytes, f"second migration changed the output:\n{again.diff}"
+
+
+@pytest.mark.parametrize("path, target", PARAMS)
+def test_no_cuda_left_silently(path, target):
+    problems = uncovered_in(_migrate(path, target))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("path, target", PARAMS)
+def test_nothing_lost_that_was_not_meant_to_change(path, target):
+    result = _migrate(path, target)
+    problems = unexplained_losses(result) + layout_problems(result) + position_problems(result)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_loss_check_catches_an_unrecorded_edit():
+    source = "import torch\n\ny = torch.zeros(2).cuda()\nx = 1  # keep\n"
+    result = migrate(source, target="2.9")
+    assert unexplained_losses(result) == []
+    result.output_bytes = result.output_bytes.replace(b"x = 1  # keep", b"x = 1")
+    assert unexplained_losses(result) == ["input line 4 replaced without a change record: 'x = 1  # keep\\n'"]
+    result.output_bytes = result.output_bytes.replace(b"\n", b"\r\n", 1)
+    assert layout_problems(result) == ["line endings ['\\n'] became ['\\n', '\\r\\n']"]
