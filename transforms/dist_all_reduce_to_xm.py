@@ -74,8 +74,7 @@ class DistAllReduceToXm(Rule):
             return template.with_changes(args=args, lpar=updated.lpar, rpar=updated.rpar)
 
         self.replace(node, reduced, f"{short(node)} -> {short(reduced(node), 80)}")
-        self.import_may_be_dead("torch.distributed", None)
-        self.import_may_be_dead("torch", "distributed")
+        common.free_imports(self, node)
         self.import_may_be_dead("torch.distributed", "ReduceOp")
 
     def _operation(self, node: cst.BaseExpression) -> str | None:

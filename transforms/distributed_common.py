@@ -42,6 +42,19 @@ def active(ctx: MigrationContext, code: str) -> bool:
     return ctx in _ACTIVE.get(code, ())
 
 
+def free_imports(rule, node: cst.Call) -> None:
+    """The imports a rewritten ``torch.distributed`` call may leave unused (``import torch.distributed as
+    dist``, ``from torch.distributed import init_process_group``): removed at the end if nothing uses them."""
+    from xla_migrate.transforms.amp_common import imported_from
+
+    rule.import_may_be_dead("torch.distributed", None)
+    rule.import_may_be_dead("torch", "distributed")
+    for qualname in rule.ctx.qualnames(node.func):
+        if qualname.startswith(DIST):
+            for module, name in imported_from(rule.ctx, node.func, qualname):
+                rule.import_may_be_dead(module, name)
+
+
 def dist_call(ctx: MigrationContext, node: cst.CSTNode, *names: str) -> str | None:
     """The ``torch.distributed`` function ``node`` calls (``get_rank``), when it is one of ``names``."""
     if not isinstance(node, cst.Call):

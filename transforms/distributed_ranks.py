@@ -60,9 +60,8 @@ class DistributedRanks(Rule):
         new = self.ctx.spell_expression(concept)
         self.replace(outer, lambda updated: new.with_changes(lpar=updated.lpar, rpar=updated.rpar),
                      f"{short(outer)} -> {patterns.code_of(new)}")
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name):
-            self.import_may_be_dead("torch.distributed", None)
-            self.import_may_be_dead("torch", "distributed")
+        if isinstance(node, cst.Call):
+            common.free_imports(self, node)
 
     def _in_master_guard(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)

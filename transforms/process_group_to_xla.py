@@ -99,8 +99,7 @@ class ProcessGroupToXla(Rule):
                          "migration removes", f"use the xm collective (e.g. {ctx.spell('all_reduce')}(\"sum\", "
                          "[tensor]) reduces in place)")
             return
-        self.import_may_be_dead("torch.distributed", None)
-        self.import_may_be_dead("torch", "distributed")
+        common.free_imports(self, node)
 
     def _removable_if(self, statement: cst.Expr) -> cst.If | None:
         """The ``if`` around ``statement`` when it is the only thing it does and its test only asks
