@@ -41,6 +41,8 @@ class MasterOrdinalGuard(Rule):
     code = "XLA402"
     name = "master-ordinal-guard"
     summary = "if rank == 0 / local_rank in (-1, 0) guards -> xm.is_master_ordinal(...)"
+    # A name is taken for a rank by its spelling (rank, global_rank, local_rank): worth a look.
+    fix_safety = "review"
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
