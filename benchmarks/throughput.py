@@ -118,11 +118,16 @@ def main() -> None:
         print(f"corpus: {count} files, {lines} lines ({corpus if args.keep else 'temp folder'}); "
               f"{os.cpu_count()} CPUs", flush=True)
 
-        rows = []
+        print(f"\n{'measure':<44} {'seconds':>8} {'files/s':>8} {'lines/s':>9} {'x floor':>8}", flush=True)
         t_floor = floor(paths)
-        rows.append(("floor: libcst parse + print", t_floor))
-        t_api = api_single(paths)
-        rows.append(("api: migrate() -j1, in process", t_api))
+
+        def row(name: str, seconds: float) -> float:
+            print(f"{name:<44} {seconds:8.2f} {count / seconds:8.1f} {lines / seconds:9.0f} "
+                  f"{seconds / t_floor:8.2f}", flush=True)
+            return seconds
+
+        row("floor: libcst parse + print", t_floor)
+        t_api = row("api: migrate() -j1, in process", api_single(paths))
 
         def cli_run(jobs: int):
             def run():
@@ -131,15 +136,8 @@ def main() -> None:
                 cli("--in", "corpus", "--out", str(out), "-j", str(jobs), "-q", cwd=temp)
             return run
 
-        t_j1 = best_of(1, cli_run(1))
-        rows.append(("cli: xla-migrate --in DIR --out DIR -j1", t_j1))
-        t_j2 = best_of(1, cli_run(2))
-        rows.append(("cli: xla-migrate --in DIR --out DIR -j2", t_j2))
-
-        print(f"\n{'measure':<44} {'seconds':>8} {'files/s':>8} {'lines/s':>9} {'x floor':>8}")
-        for name, seconds in rows:
-            print(f"{name:<44} {seconds:8.2f} {count / seconds:8.1f} {lines / seconds:9.0f} "
-                  f"{seconds / t_floor:8.2f}")
+        t_j1 = row("cli: xla-migrate --in DIR --out DIR -j1", best_of(1, cli_run(1)))
+        t_j2 = row("cli: xla-migrate --in DIR --out DIR -j2", best_of(1, cli_run(2)))
 
         small = temp / "small.py"
         small.write_text((ROOT / "fixtures" / "XLA101" / "dot_cuda.in.py").read_text())

@@ -161,7 +161,7 @@ def _report(result: MigrationResult, label: str, quiet: bool, verbose: bool) -> 
 @app.command()
 def command(
     in_path: Optional[list[str]] = typer.Option(None, "--in", metavar="PATH", help="Script, notebook, folder or glob to migrate ('-' for stdin); repeat it, or list more paths after it."),
-    more_paths: Optional[list[str]] = typer.Argument(None, metavar="[PATH]...", help="More inputs, as for --in.", show_default=False),
+    more_paths: Optional[list[str]] = typer.Argument(None, metavar="PATH", help="More inputs, as for --in.", show_default=False),
     out: Optional[str] = typer.Option(None, "--out", metavar="PATH", help="Where to write the migrated script ('-' for stdout), or the folder that mirrors an input folder."),
     in_place: bool = typer.Option(False, "--in-place", help="Rewrite the input files themselves (only those that change)."),
     diff: bool = typer.Option(False, "--diff", help="Dry run: print the unified diff on stdout, write nothing."),

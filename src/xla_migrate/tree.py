@@ -333,6 +333,9 @@ def run_all(tasks: list[Task], options: Options, jobs: int, progress=None) -> li
         order = sorted(tasks, key=lambda t: _size(t.path), reverse=True)
         count = max(jobs, min(len(order), jobs * 8))  # several chunks a worker: the last ones even out
         chunks = [order[i::count] for i in range(count)]
+        from . import registry
+
+        registry.all_rules()  # import the rules once here: forked workers inherit them
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
         context = multiprocessing.get_context(method)
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=init_worker,
