@@ -154,6 +154,30 @@ def test_dynamic_shapes(target):
     ]
 
 
+def test_trainer_loader_drop_last():
+    found, _ = run("XLA312/trainer_arguments.in.py", "XLA312")
+    again = "the Trainer's smaller last batch has a new shape and compiles the step again"
+    assert found == [(3, f"TrainingArguments(...) without dataloader_drop_last=True: {again}"),
+                     (4, f"TrainingArguments(...) with dataloader_drop_last=False: {again}")]
+
+
+def test_accelerate_loop_logging_is_mid_step():
+    """Accelerate's prepared loader marks the step at the next batch: logging after optimizer.step() is
+    still mid-step (no barrier of XLA302's comes after the step in an accelerate script)."""
+    source = (
+        "from accelerate import Accelerator\n"
+        "accelerator = Accelerator()\n"
+        "for batch in train_dataloader:\n"
+        "    loss = model(**batch).loss\n"
+        "    accelerator.backward(loss)\n"
+        "    optimizer.step()\n"
+        "    accelerator.print(loss.item())\n"
+    )
+    result = migrate(source)
+    assert "    xm.add_step_closure(lambda loss: accelerator.print(loss.item()), args=(loss,))\n" in result.code
+    assert {c.code for c in result.changes} == {"XLA310"}
+
+
 class _Loss:
     """A stand-in for a 0-d tensor: reading it records a host read."""
 

@@ -2,7 +2,8 @@
 
 What it does:
     Reports, with the line and the fix: a ``DataLoader`` that a training loop iterates without
-    ``drop_last=True`` (its last batch is smaller when the dataset is not a multiple of the batch size);
+    ``drop_last=True`` (its last batch is smaller when the dataset is not a multiple of the batch size), and
+    Hugging Face ``TrainingArguments(...)`` without ``dataloader_drop_last=True`` (the Trainer's loader);
     in a training loop (the innermost loop that calls ``backward()``), boolean-mask indexing
     (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
@@ -33,6 +34,7 @@ import libcst as cst
 from xla_migrate import loops, patterns
 from xla_migrate.facts import DATALOADERS, DEVICE_LOADERS
 from xla_migrate.rule import Rule
+from xla_migrate.transforms import hf_common
 from xla_migrate.transforms.amp_common import short
 from xla_migrate.transforms.lazy_tensor_common import training_loop_of
 
@@ -53,6 +55,7 @@ class DynamicShapesInLoop(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._iterated = self._training_loader_names()
+        self._training_args = hf_common.local_training_args_classes(ctx.module, ctx)
         # Names bound to boolean masks, per training loop.
         self._masks: dict[cst.CSTNode, set[str]] = {}
 
@@ -118,6 +121,16 @@ class DynamicShapesInLoop(Rule):
         self.finding(call, f"training DataLoader {what}: a smaller last batch has a new shape and compiles the "
                            "step again", "pass drop_last=True (or make the dataset a multiple of the batch size)")
 
+    def _trainer_loader(self, call: cst.Call) -> None:
+        drop_last = patterns.keyword(call, "dataloader_drop_last")
+        if drop_last is None and hf_common.has_star_kwargs(call):
+            return
+        if drop_last is None or patterns.dotted_name(drop_last.value) == "False":
+            what = "without dataloader_drop_last=True" if drop_last is None else "with dataloader_drop_last=False"
+            self.finding(drop_last or call, f"{short(call.func)}(...) {what}: the Trainer's smaller last batch "
+                                            "has a new shape and compiles the step again",
+                         "pass dataloader_drop_last=True")
+
     # Masks and data-dependent sizes in the loop ----------------------------------------------------------------
     def _is_mask(self, node: cst.BaseExpression, loop: cst.CSTNode) -> bool:
         if isinstance(node, cst.Comparison):
@@ -141,6 +154,8 @@ class DynamicShapesInLoop(Rule):
                 return
 
     def visit_Call(self, node: cst.Call) -> None:
+        if hf_common.is_training_args_class(self.ctx, node.func, self._training_args):
+            self._trainer_loader(node)
         if training_loop_of(self.ctx, node) is None:
             return
         names = self.ctx.qualnames(node.func)

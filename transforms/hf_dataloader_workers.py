@@ -52,7 +52,7 @@ class HfDataloaderWorkers(Rule):
             workers = patterns.keyword(node, "dataloader_num_workers")
             if workers is None and not hf_common.has_star_kwargs(node):
                 self.finding(node, f"{short(node.func)}(...) leaves dataloader_num_workers at 0", FIX)
-            elif workers is not None and isinstance(workers.value, cst.Integer) and int(workers.value.value) == 0:
+            elif workers is not None and isinstance(workers.value, cst.Integer) and workers.value.evaluated_value == 0:
                 self.finding(workers, "dataloader_num_workers=0: batches are prepared between steps", FIX)
             return
         method = patterns.method_call(node, *hf_common.PARSE_METHODS)

@@ -5,7 +5,8 @@ What it does:
     ``main()`` that takes no required argument, adds ``def _mp_fn(index): main()`` right after ``main`` when
     the script has no ``_mp_fn`` yet. Trainer scripts and ``no_trainer`` (own loop) scripts alike. An HF
     training script without such a ``main()`` is reported. Scripts that import no HF library are left to
-    the general distributed entry-point rule (XLA4xx), which skips HF scripts: the two never both apply.
+    the general distributed entry-point rule (XLA407 spawn-entry-point), which skips HF scripts: the two
+    never both apply.
 
 Why:
     The seeds: for distributed training the SageMaker/XLA runtime (and ``xla_spawn.py``) imports the script

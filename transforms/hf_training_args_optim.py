@@ -115,7 +115,7 @@ class HfXlaOptimizer(Rule):
             elements = parent.slice
             if len(elements) == 1 and isinstance(elements[0].slice, cst.Index):
                 number = elements[0].slice.value
-                if isinstance(number, cst.Integer) and int(number.value) == index:
+                if isinstance(number, cst.Integer) and number.evaluated_value == index:
                     assign = self.ctx.parent(parent)
                     if isinstance(assign, cst.Assign) and assign.value is parent and len(assign.targets) == 1:
                         return patterns.dotted_name(assign.targets[0].target)

@@ -62,7 +62,8 @@ def after_step_end(ctx: MigrationContext, node: cst.CSTNode, loop: cst.For | cst
     earlier = body[:body.index(current)]
     if any(_contains(ctx, s, _is_barrier) for s in earlier):
         return True
-    if loops.iterates_device_loader(ctx, loop) or loops.has_step_barrier(ctx, loop):
+    if loops.iterates_device_loader(ctx, loop) or loops.has_step_barrier(ctx, loop) or ctx.facts.uses_accelerate:
+        # Accelerate's prepared loader marks the step at the next batch, like a device loader.
         return False
     return any(_contains(ctx, s, loops.is_optimizer_step) for s in earlier)
 
@@ -115,14 +116,14 @@ def tensor_names(ctx: MigrationContext, loop: cst.For | cst.While) -> set[str]:
 
         def visit_Call(self, node: cst.Call) -> None:
             attribute = patterns.method_call(node, "backward")
-            if attribute is not None:
-                spelling = patterns.dotted_name(attribute.value)
-                if spelling is not None:
-                    names.add(spelling)
-            elif patterns.dotted_name(node.func) in ("accelerator.backward",) and node.args:
-                spelling = patterns.dotted_name(node.args[0].value)
-                if spelling is not None:
-                    names.add(spelling)
+            if attribute is None:
+                return
+            receiver = patterns.dotted_name(attribute.value)
+            if receiver is not None and receiver.rsplit(".", 1)[-1].endswith("accelerator"):
+                # accelerator.backward(loss): the tensor is the argument
+                receiver = patterns.dotted_name(node.args[0].value) if node.args else None
+            if receiver is not None:
+                names.add(receiver)
 
         def visit_Assign(self, node: cst.Assign) -> None:
             for target in node.targets:
