@@ -30,6 +30,7 @@ def test_training_arguments_findings(target):
         (13, "fp16=True: XLA trains in bfloat16, float16 needs loss scaling"),
         (21, 'optim=OPTIMIZER is not known to be "adamw_torch_xla"'),
         (22, "TrainingArguments(**config): optim may come from **kwargs"),
+        (24, 'Trainer(...) without args= trains with the default optim="adamw_torch"'),
     ]
     assert result.findings[0].fix == "use bf16=True instead of fp16=True"
     assert [c.line for c in result.changes] == [9, 12, 15, 20, 23]

@@ -40,6 +40,12 @@ def local_training_args_classes(module: cst.Module, ctx: MigrationContext) -> se
     return found
 
 
+def is_trainer(ctx: MigrationContext, node: cst.BaseExpression) -> bool:
+    """``Trainer``, ``Seq2SeqTrainer``, trl's ``SFTTrainer``, ``DPOTrainer``..."""
+    return any(name.startswith(("transformers.", "trl.")) and name.rsplit(".", 1)[-1].endswith("Trainer")
+               for name in ctx.qualnames(node))
+
+
 def is_training_args_class(ctx: MigrationContext, node: cst.BaseExpression, local: set[str]) -> bool:
     return bool(ctx.qualnames(node) & set(TRAINING_ARGS)) or patterns.dotted_name(node) in local
 

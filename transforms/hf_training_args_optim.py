@@ -7,7 +7,8 @@ What it does:
     (``parse_args_into_dataclasses()``, ``parse_json_file(...)``...), the value is set on the parsed object once,
     right after the statement that parses it (after the whole ``if``/``else`` when each branch parses).
     ``fp16=True`` is reported (XLA trains in bfloat16: ``bf16=True``); an ``optim`` that is not a string
-    literal and ``TrainingArguments(**kwargs)`` are reported, not rewritten.
+    literal, ``TrainingArguments(**kwargs)`` and a Trainer (``Trainer``, ``Seq2SeqTrainer``, trl's
+    ``SFTTrainer``...) built without arguments (its defaults use ``adamw_torch``) are reported, not rewritten.
 
 Why:
     The seeds' Trainer checklist: use the syncfree optimizer by setting ``optim`` to ``adamw_torch_xla``; the
@@ -54,6 +55,12 @@ class HfXlaOptimizer(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if hf_common.is_training_args_class(self.ctx, node.func, self._local):
             self._arguments(node)
+        elif hf_common.is_trainer(self.ctx, node.func):
+            if patterns.keyword(node, "args") is None and len(patterns.positional(node)) < 2 and not any(
+                    a.star for a in node.args):
+                self.finding(node, f"{short(node.func)}(...) without args= trains with the default "
+                                   'optim="adamw_torch"',
+                             f"pass args=TrainingArguments(..., optim={self.ctx.spell('hf_xla_optim')})")
         elif patterns.method_call(node, *hf_common.PARSE_METHODS):
             self._parsed(node)
 
