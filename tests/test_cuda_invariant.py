@@ -4,7 +4,7 @@ For every golden fixture input (every folder, so later fixtures are checked auto
 the input is migrated with ALL rules; every CUDA construct that remains in the output must be covered by a
 finding on the input line it came from. The output is scanned here independently of XLA900: ``.cuda`` /
 ``.cudnn`` attributes and bare ``cuda`` / ``cudnn`` names (``torch.cuda.x``, ``x.cuda()``, ``import
-torch.backends.cudnn``), names that resolve into ``torch.cuda`` (``autocast`` imported from
+torch.backends.cudnn``), ``.pin_memory()`` calls, names that resolve into ``torch.cuda`` (``autocast`` imported from
 ``torch.cuda.amp``), and device or backend strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"nccl"``).
 
 Output lines are mapped back to input lines with difflib: an unchanged line maps to itself; a changed line to
@@ -61,6 +61,11 @@ class _Scanner(cst.CSTVisitor):
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         if any(n.startswith("torch.cuda.") for n in names):
             self._add(node, node.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # x.pin_memory(): pinned host memory needs CUDA.
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "pin_memory":
+            self._add(node.func.attr, "pin_memory")
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         value = node.evaluated_value

@@ -96,6 +96,14 @@ def test_removal_keeps_comments_and_fills_empty_blocks():
     assert out.code == "def f():\n    # tune\n    return 1\n\ndef g():\n    pass\n"
 
 
+def test_removing_the_last_statement_of_a_file_takes_its_blank_lines_with_it():
+    # The file does not end with blank lines; comments stay. (Inside a block they stay: rules that insert
+    # after a function count them, see XLA407.)
+    flag = "torch.backends.cudnn.benchmark = True\n"
+    assert run(f"x = 1\n\nif x:\n    y = 2\n\n{flag}", RemoveCudnnFlag).code == "x = 1\n\nif x:\n    y = 2\n"
+    assert run(f"x = 1\n\n# tune\n{flag}", RemoveCudnnFlag).code == "x = 1\n\n# tune\n"
+
+
 class RemoveCudnnAssignment(Rule):
     code, name, summary = "XLA992", "remove-assignment", "test rule"
 

@@ -10,8 +10,11 @@ For every script and target:
   the statement of a change record (a simple statement, or a whole compound statement when the change is on
   its header), is an import line made dead (and no name it bound is still used), or is a blank line next to
   such a line. Every other input line is in the output, byte for byte (line ending included), in order;
-* the encoding, the line-ending style, the final newline and the indentation characters are kept;
-* every change and finding names a line and column of the input.
+* the encoding, the line-ending style, the final newline and the indentation characters are kept, and no
+  blank line is left at the end of the file;
+* every change and finding names a line and column of the input;
+* no name is left unbound that was bound in the input (a removed import or variable still used, a device
+  variable used in its own definition), unless a finding names the line.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from goldens import FIXTURES
-from libcst.metadata import MetadataWrapper, PositionProvider
-from test_cuda_invariant import uncovered_in
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
+from test_cuda_invariant import input_lines_for, uncovered_in
 
 from xla_migrate import migrate
 from xla_migrate.targets import TARGETS
@@ -173,6 +177,11 @@ def _indent_chars(code: str) -> set[str]:
     return {c for t in tokens if t.type == tokenize.INDENT for c in t.string}
 
 
+def _ends_blank(code: str) -> bool:
+    lines = code.splitlines()
+    return bool(lines) and not lines[-1].strip()
+
+
 def layout_problems(result) -> list[str]:
     source, output = result.source, result.output_bytes.decode(result.encoding)
     problems = []
@@ -181,6 +190,8 @@ def layout_problems(result) -> list[str]:
         problems.append(f"line endings {sorted(old_endings)} became {sorted(new_endings)}")
     if source.endswith(("\n", "\r")) != output.endswith(("\n", "\r")):
         problems.append("the final newline changed")
+    if _ends_blank(output) and not _ends_blank(source):
+        problems.append("the output ends with a blank line")
     if not _indent_chars(output) <= _indent_chars(source):
         problems.append(f"indentation {sorted(_indent_chars(source))} became {sorted(_indent_chars(output))}")
     return problems
@@ -195,6 +206,32 @@ def position_problems(result) -> list[str]:
         elif not 1 <= record.column <= len(lines[record.line - 1]) + 1:
             problems.append(f"{record.code} names column {record.column} of line {record.line}: {record.message}")
     return problems
+
+
+# Names -----------------------------------------------------------------------------------------------------------
+def unbound_names(code: str) -> list[tuple[str, int]]:
+    """(name, line) of every access that no binding reaches (libcst's scopes see a function's later
+    assignments as not yet bound: ``device = device if ...`` in a function is unbound)."""
+    wrapper = MetadataWrapper(cst.parse_module(code))
+    positions = wrapper.resolve(PositionProvider)
+    found = set()
+    for scope in {s for s in wrapper.resolve(ScopeProvider).values() if s is not None}:
+        for access in scope.accesses:
+            if not access.referents:
+                found.add((get_full_name_for_node(access.node) or "?", positions[access.node].start.line))
+    return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+def unbound_problems(result) -> list[str]:
+    """Names unbound in the output but not in the input, on a line no finding names."""
+    before = {name for name, _ in unbound_names(result.source)}
+    mapping = input_lines_for(result.source, result.code)
+    finding_lines = {f.line for f in result.findings}
+    lines = result.code.splitlines()
+    return [f"output line {line}: {name!r} is not bound (input lines {mapping.get(line, [])}, no finding):\n"
+            f"    {lines[line - 1].strip()}"
+            for name, line in unbound_names(result.code)
+            if name not in before and not finding_lines & set(mapping.get(line, []))]
 
 
 # The suite -----------------------------------------------------------------------------------------------------
@@ -235,6 +272,21 @@ def test_nothing_lost_that_was_not_meant_to_change(path, target):
     result = _migrate(path, target)
     problems = unexplained_losses(result) + layout_problems(result) + position_problems(result)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("path, target", PARAMS)
+def test_no_name_left_unbound(path, target):
+    problems = unbound_problems(_migrate(path, target))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_unbound_check():
+    assert unbound_names("def f(a):\n    device = device if a else 1\n    return x\n") == [("device", 2), ("x", 3)]
+    result = migrate("import torch\nfrom torch.cuda.amp import GradScaler\nscaler = GradScaler()\ns = scaler\n",
+                     target="2.9")
+    assert [p.split(":")[0] for p in unbound_problems(result)] == []  # XLA202 reports the use of scaler
+    result.findings = []
+    assert [p.split(":")[0] for p in unbound_problems(result)] == ["output line 2"]
 
 
 def test_the_loss_check_catches_an_unrecorded_edit():

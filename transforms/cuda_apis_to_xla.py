@@ -4,6 +4,9 @@ What it does:
     - ``torch.cuda.synchronize()`` -> the target's ``xm.wait_device_ops()``.
     - ``torch.cuda.manual_seed(s)`` / ``torch.cuda.manual_seed_all(s)`` -> ``xm.set_rng_state(s)``.
     - ``torch.cuda.get_device_name(...)`` -> ``xm.xla_device_hw(device)`` (``"TPU"``, ``"GPU"``, ``"CPU"``).
+    - ``x.pin_memory()`` -> ``x``: pinned host memory needs CUDA (without it the call fails), and the XLA
+      transfer does not use it. Left alone in a script that defines its own ``pin_memory`` method (a custom
+      batch type the DataLoader pins).
     - Statements that only configure CUDA are removed: ``torch.cuda.set_device(...)``,
       ``torch.cuda.empty_cache()``, ``torch.cuda.reset_peak_memory_stats()`` (and the other statistic
       resets), ``torch.cuda.init()``, ``torch.cuda.ipc_collect()``, and assignments to
@@ -75,6 +78,22 @@ class CudaApisToXla(Rule):
                "cudnn and TF32 flags removed")
     fix_safety = "review"
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._pin_calls: list[cst.Call] = []
+        self._defines_pin_memory = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value == "pin_memory":
+            self._defines_pin_memory = True
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self._defines_pin_memory:
+            return
+        for node in self._pin_calls:
+            self.replace(node, lambda updated: updated.func.value,
+                         f"{self._short(node)} -> {self._short(node.func.value)}: pinned memory needs CUDA")
+
     def _short(self, node: cst.CSTNode) -> str:
         text = " ".join(patterns.code_of(node).split())
         return text if len(text) <= 60 else text[:57] + "..."
@@ -97,7 +116,9 @@ class CudaApisToXla(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         names = ctx.qualnames(node.func)
-        if names & set(SYNCHRONIZE):
+        if patterns.method_call(node, "pin_memory") and not node.args:
+            self._pin_calls.append(node)
+        elif names & set(SYNCHRONIZE):
             new = ctx.spell_expression("wait_device_ops")
             self.replace(node, new, f"{self._short(node)} -> {patterns.code_of(new)}")
             self._may_free_imports(node.func)

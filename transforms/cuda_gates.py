@@ -13,7 +13,8 @@ What it does:
     - ``not args.no_cuda and torch.cuda.is_available()`` -> ``not args.no_cuda``.
     - ``if torch.cuda.is_available(): x`` -> ``x`` (a one-statement branch is kept without the ``if``; its
       ``else`` is dropped; statements other rules remove from it do not count);
-      ``if device.type != "cuda": ...`` without ``else`` is removed, and so is an ``if`` whose branch held
+      ``if device.type != "cuda": ...`` without ``else`` is removed (with an ``elif``, the ``elif`` becomes
+      the ``if``), and so is an ``if`` whose branch held
       only removed CUDA code. A longer branch, or an ``if`` line with a comment, keeps its ``if`` with the
       folded test (``if True:``), so nothing is re-indented and no comment is lost.
     - ``assert torch.cuda.is_available()`` is removed.
@@ -175,6 +176,11 @@ class CudaGates(Rule):
         quiet = not isinstance(node.body, cst.IndentedBlock) or node.body.header.comment is None
         if in_block and quiet and not value and orelse is None:
             self.remove(node, f"removed if {text}: never taken on XLA")
+            return
+        if in_block and quiet and not value and isinstance(orelse, cst.If):
+            # `if <never>: a elif c: b else: d` -> `if c: b else: d` (the elif chain moves up one level).
+            self.replace(node, lambda u: u.orelse.with_changes(leading_lines=[*u.leading_lines, *u.orelse.leading_lines]),
+                         f"removed if {text}: never taken on XLA; its elif becomes the if")
             return
         if in_block and quiet and branch is not None and self._removed_entirely(branch) and (
                 value or orelse is None or isinstance(orelse, cst.Else)):

@@ -92,6 +92,8 @@ class EditApplier(cst.CSTTransformer):
             body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
             carried = []
         result = updated.with_changes(body=body)
+        if isinstance(updated, cst.Module) and not any(line.comment is not None for line in carried):
+            carried = []  # blank lines of statements removed at the end of the file would end it
         if carried:
             result = result.with_changes(footer=[*carried, *updated.footer])
         return result, True
