@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .context import Edits, FixedReplacement, MigrationContext
+from .patterns import leading_blank_lines, merge_carried_lines
 from .records import Change, Finding
 
 _BLOCKS = (cst.Module, cst.IndentedBlock)
@@ -23,10 +24,17 @@ class EditApplier(cst.CSTTransformer):
         self.edits: Edits = ctx.edits
         # One flag per open node: did anything below it change?
         self._changed_below: list[bool] = [False]
+        # Only subtrees that hold an edit are walked: on a large script with few edits that is most of it.
+        self._on_edit_path: set[cst.CSTNode] = set()
+        for edited in (*self.edits.replace, *self.edits.before, *self.edits.after, *self.edits.remove):
+            node: cst.CSTNode | None = edited
+            while node is not None and node not in self._on_edit_path:
+                self._on_edit_path.add(node)
+                node = ctx.parent(node)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self._changed_below.append(False)
-        return True
+        return node in self._on_edit_path
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
         changed = self._changed_below.pop()
@@ -67,7 +75,7 @@ class EditApplier(cst.CSTTransformer):
             if inserted_before:
                 # Blank lines that separated the statement from what precedes it now separate the
                 # inserted code; comments stay with the statement they describe.
-                blanks = _leading_blank_lines(new)
+                blanks = leading_blank_lines(new)
                 inserted_before[0] = inserted_before[0].with_changes(
                     leading_lines=[*blanks, *inserted_before[0].leading_lines])
                 if not isinstance(new, (cst.FunctionDef, cst.ClassDef)):
@@ -80,7 +88,7 @@ class EditApplier(cst.CSTTransformer):
                 changed = True
             else:
                 if carried:
-                    new = new.with_changes(leading_lines=[*_merge_blank_lines(carried, new), *new.leading_lines])
+                    new = new.with_changes(leading_lines=[*merge_carried_lines(carried, new), *new.leading_lines])
                     carried = []
                 body.append(new)
             for inserted in self.edits.after.get(old, ()):
@@ -107,25 +115,6 @@ class EditApplier(cst.CSTTransformer):
             f"not applied: overlaps another edit{other}: {change.message}",
             "apply this change by hand",
         ))
-
-
-def _merge_blank_lines(carried: list[cst.EmptyLine], statement: cst.BaseStatement) -> list[cst.EmptyLine]:
-    """The carried lines of removed statements to put before ``statement``: when they are only blank
-    lines and ``statement`` already starts with blank lines, just enough to keep the larger gap (removing
-    the one statement between two gaps leaves one gap, not their sum)."""
-    if any(line.comment is not None for line in carried):
-        return carried
-    own = len(_leading_blank_lines(statement))
-    return carried[: max(0, len(carried) - own)] if own else carried
-
-
-def _leading_blank_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
-    blanks = []
-    for line in statement.leading_lines:
-        if line.comment is not None:
-            break
-        blanks.append(line)
-    return blanks
 
 
 def apply_edits(ctx: MigrationContext) -> cst.Module:

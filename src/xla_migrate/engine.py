@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import functools
 import io
 import re
 import tokenize
@@ -84,13 +85,46 @@ def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> InputError:
     return InputError(f"cannot parse: {error.message}", error.editor_line, error.editor_column)
 
 
+class _BatchedRules(cst.CSTVisitor):
+    """Runs every rule in one traversal: ``visit_<Node>`` on the way down, ``leave_<Node>`` on the way up.
+
+    Like libcst's ``visit_batched``, but the rule methods per node type are looked up once per rule class
+    (libcst inspects every visitor's members on every call: most of the time on a small file). Rules take
+    their metadata from the context, which resolved it once, so none is resolved here."""
+
+    def __init__(self, rules: list[Rule]) -> None:
+        super().__init__()
+        self._visits: dict[str, list] = {}
+        self._leaves: dict[str, list] = {}
+        for rule in rules:
+            for prefix, table in (("visit_", self._visits), ("leave_", self._leaves)):
+                for node_type in _handled_node_types(type(rule), prefix):
+                    table.setdefault(node_type, []).append(getattr(rule, prefix + node_type))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        for method in self._visits.get(type(node).__name__, ()):
+            method(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        for method in self._leaves.get(type(original_node).__name__, ()):
+            method(original_node)
+
+
+@functools.lru_cache(maxsize=None)
+def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
+    """Node type names a rule class has ``visit_X``/``leave_X`` methods for (attribute hooks excluded)."""
+    names = [name[len(prefix):] for name in dir(rule_class) if name.startswith(prefix)]
+    return tuple(n for n in names if isinstance(getattr(cst, n, None), type))
+
+
 def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
                  distributed: bool | None = None) -> PipelineOutput:
     """``distributed``: True/False force the distributed or single-device migration; None detects it."""
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
     ctx = MigrationContext(wrapper, target, distributed=distributed)
     if rules:
-        wrapper.visit_batched([rule(ctx) for rule in rules])
+        module.visit(_BatchedRules([rule(ctx) for rule in rules]))
     new_module = apply_edits(ctx)
     if new_module is not module:
         new_module = remove_dead_imports(new_module, ctx.maybe_dead_imports)

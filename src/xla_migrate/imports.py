@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import RemoveImportsVisitor
 
-from .patterns import is_docstring, is_import_line
+from .patterns import is_docstring, is_import_line, merge_carried_lines
 
 
 def _insertion_index(body: list[cst.BaseStatement]) -> int:
@@ -45,32 +43,91 @@ def add_imports(module: cst.Module, imports: set[tuple[str, str | None]]) -> cst
 
 
 def remove_dead_imports(module: cst.Module, candidates: set[tuple[str, str | None]]) -> cst.Module:
-    """Remove each candidate import that nothing in ``module`` uses any more (one scope analysis)."""
+    """Remove each candidate top-level import that nothing in ``module`` reads any more.
+
+    One plain walk collects the names and dotted chains the module reads outside import statements; an
+    import binding a candidate is dead when its local name (or, for ``import a.b``, the chain ``a.b``) is
+    never read. No scope analysis: a name read anywhere keeps its import, which errs on the side of keeping.
+    A removed import line's comments and blank lines move to the next statement.
+    """
     if not candidates:
         return module
-    context = CodemodContext()
-    aliases = _aliases(module)
-    for name, obj in sorted(candidates, key=lambda c: (c[0], c[1] or "")):
-        # RemoveImportsVisitor only removes an aliased import (``import a.b as c``, ``from a import b as c``)
-        # when told its alias.
-        for asname in sorted(aliases.get((name, obj)) or {None}, key=lambda a: a or ""):
-            RemoveImportsVisitor.remove_unused_import(context, name, obj, asname)
-    return RemoveImportsVisitor(context).transform_module(module)
-
-
-def _aliases(module: cst.Module) -> dict[tuple[str, str | None], set[str | None]]:
-    """(module, name or None) -> the aliases (None: none) the module's top-level imports bind it under."""
-    found: dict[tuple[str, str | None], set[str | None]] = {}
+    uses = _Uses()
+    module.visit(uses)
+    body: list[cst.BaseStatement] = []
+    carried: list[cst.EmptyLine] = []
+    changed = False
     for statement in module.body:
-        if not is_import_line(statement):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    found.setdefault((get_full_name_for_node(alias.name) or "", None), set()).add(alias.evaluated_alias)
-            elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative \
-                    and not isinstance(small.names, cst.ImportStar):
-                base = get_full_name_for_node(small.module) or ""
-                for alias in small.names:
-                    found.setdefault((base, alias.evaluated_name), set()).add(alias.evaluated_alias)
-    return found
+        if is_import_line(statement):
+            kept = [s for s in (_without_dead(small, candidates, uses) for small in statement.body) if s is not None]
+            if kept != list(statement.body):
+                changed = True
+                if not kept:
+                    carried.extend(statement.leading_lines)
+                    continue
+                kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+                statement = statement.with_changes(body=kept)
+        if carried:
+            statement = statement.with_changes(
+                leading_lines=[*merge_carried_lines(carried, statement), *statement.leading_lines])
+            carried = []
+        body.append(statement)
+    if not changed:
+        return module
+    return module.with_changes(body=body, footer=[*carried, *module.footer])
+
+
+class _Uses(cst.CSTVisitor):
+    """Names and dotted chains a module reads outside its import statements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+        self.chains: set[str] = set()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        chain = get_full_name_for_node(node)
+        if chain:
+            self.chains.add(chain)
+        node.value.visit(self)  # `a.cuda` reads `a`, not a name `cuda`
+        return False
+
+    def reads_chain(self, dotted: str) -> bool:
+        return any(chain == dotted or chain.startswith(dotted + ".") for chain in self.chains)
+
+
+def _without_dead(small: cst.BaseSmallStatement, candidates, uses: _Uses) -> cst.BaseSmallStatement | None:
+    """The import statement without its dead candidate aliases (None when none is left)."""
+    if isinstance(small, cst.Import):
+        names = [a for a in small.names if not _dead_import(a, candidates, uses)]
+    elif (isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative
+            and not isinstance(small.names, cst.ImportStar)):
+        base = get_full_name_for_node(small.module) or ""
+        names = [a for a in small.names
+                 if not ((base, a.evaluated_name) in candidates and (a.evaluated_alias or a.evaluated_name) not in uses.names)]
+    else:
+        return small
+    if len(names) == len(small.names):
+        return small
+    if not names:
+        return None
+    names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return small.with_changes(names=names)
+
+
+def _dead_import(alias: cst.ImportAlias, candidates, uses: _Uses) -> bool:
+    full = get_full_name_for_node(alias.name) or ""
+    if (full, None) not in candidates:
+        return False
+    if alias.asname is not None:
+        return alias.evaluated_alias not in uses.names
+    return not uses.reads_chain(full) if "." in full else full not in uses.names

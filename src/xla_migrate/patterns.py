@@ -85,3 +85,22 @@ def is_docstring(statement: cst.CSTNode) -> bool:
 def is_import_line(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
+
+
+def merge_carried_lines(carried: list[cst.EmptyLine], statement: cst.BaseStatement) -> list[cst.EmptyLine]:
+    """The carried lines of removed statements to put before ``statement``: when they are only blank
+    lines and ``statement`` already starts with blank lines, just enough to keep the larger gap (removing
+    the one statement between two gaps leaves one gap, not their sum)."""
+    if any(line.comment is not None for line in carried):
+        return carried
+    own = len(leading_blank_lines(statement))
+    return carried[: max(0, len(carried) - own)] if own else carried
+
+
+def leading_blank_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
+    blanks = []
+    for line in statement.leading_lines:
+        if line.comment is not None:
+            break
+        blanks.append(line)
+    return blanks
