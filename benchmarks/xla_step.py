@@ -12,6 +12,7 @@ machine: the figures are as noisy as the host.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -23,16 +24,21 @@ import xla_proof as xp  # noqa: E402
 def measure(python: Path, source: str, label: str, distributed: bool = False) -> dict:
     run = xp.run_script(python, source, label, xla=True, distributed=distributed,
                         extra_env={"XLA_PROOF_STEP_TIMES": "step_times.txt"})
-    times_file = run.workdir / "step_times.txt"
-    times = [float(t) for t in times_file.read_text().split()] if times_file.exists() else []
+    per_process = [[float(t) for t in path.read_text().split()] for path in run.workdir.glob("step_times.txt.*")]
+    times = max(per_process, key=len, default=[])  # the process that ran the steps
     warm = min(xp.WARMUP_STEPS, max(len(times) - 2, 0))
     steady = times[warm:]
     rate = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 and steady[-1] > steady[0] else None
+    steps = len(xp.parse_losses(run.stdout)) or len(re.findall(r"^replica 0/\d+ step", run.stdout, re.M))
+    note = ""
+    if run.returncode == 0 and len(times) < steps:
+        rate, note = None, f"{len(times)} step markers for {steps} steps: no per-step rate"
     final = run.final or xp.Metrics()
     return {
         "ok": run.returncode == 0,
         "error": "" if run.returncode == 0 else (run.stderr.strip().splitlines() or ["?"])[-1][:70],
-        "steps": len(run.losses),
+        "steps": steps,
+        "note": note,
         "markers": len(times),
         "rate": rate,
         "compiles": final.compiles,
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         if script.name in xp.HANDWRITTEN_FOR:
             path = xp.HANDWRITTEN / xp.HANDWRITTEN_FOR[script.name]
             handwritten = measure(python, path.read_text(), f"bench handwritten {path.stem}")
-        note = migrated["error"] if not migrated["ok"] else ""
+        note = migrated["error"] if not migrated["ok"] else migrated["note"]
         rows.append((script.name, migrated, handwritten, note))
         print(f"measured {script.name}", file=sys.stderr)
 

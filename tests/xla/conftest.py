@@ -13,21 +13,27 @@ def pytest_terminal_summary(terminalreporter):
         return
     parts = []
     for env in xp.TARGETS:
-        ran = [run for e, _, run in xp.RECORD if e == env]
-        failed = [run for run in ran if run.returncode != 0]
+        fixtures = [run for e, name, run in xp.RECORD if e == env and "/" not in name]
+        extra = [run for e, name, run in xp.RECORD if e == env and "/" in name]
+        failed = [run for run in fixtures + extra if run.returncode != 0]
         skipped = {name for e, name, _ in xp.SKIPPED if e == env}
-        parts.append(f"{env} env ran {len(ran)} scripts ({len(failed)} exited non-zero, "
-                     f"{len(skipped)} not run: {', '.join(sorted(skipped)) or 'none'})")
+        parts.append(f"{env} env ran {len(fixtures)} migrated scripts + {len(extra)} hand-written runs "
+                     f"({len(failed)} exited non-zero; {len(skipped)} not run: {', '.join(sorted(skipped)) or 'none'})")
     terminalreporter.write_sep("-", "xla tier")
     terminalreporter.write_line("xla tier: " + "; ".join(parts))
     for env, name, reason in sorted(xp.SKIPPED):
         terminalreporter.write_line(f"  not run: {env}/{name}: {reason}")
     for env, name, run in xp.RECORD:
         last = run.final
+        if last is None:
+            terminalreporter.write_line(f"  {env}/{name}: exit {run.returncode}, {run.wall:.1f} s (no metrics: the "
+                                        f"replicas ran in a spawned child)")
+            continue
         terminalreporter.write_line(
             f"  {env}/{name}: exit {run.returncode}, {len(run.losses)} steps, {len(run.blocks)} step markers, "
             f"compiles {last.compiles if last else '?'}, runs {last.runs if last else '?'}, "
-            f"host reads {last.reads if last else '?'} ({run.closure_reads} in closures), {run.wall:.1f} s")
+            f"host reads {last.reads if last else '?'} ({run.closure_reads} in closures), {run.wall:.1f} s"
+            + (f", max |loss delta| {xp.DELTAS[(env, name)]:.2g}" if (env, name) in xp.DELTAS else ""))
 
 
 def pytest_sessionfinish(session, exitstatus):

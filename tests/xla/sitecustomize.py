@@ -17,8 +17,8 @@ serialize replicas:
   let the replicas enter torch_xla's step marker strictly in turn (ordinal 0, 1, ..., N-1, 0, ...), so their
   collectives rendezvous (see docs/proof.md, "Two replicas"); without it the replicas deadlock in their first
   all-reduce. (The replicas share torch's global RNG: scripts run this way seed from a local generator.)
-- XLA_PROOF_STEP_TIMES=path: record when each step marker returns and write the times there at exit
-  (benchmarks/xla_step.py computes steps per second after warm-up from them).
+- XLA_PROOF_STEP_TIMES=path: append to path.<pid> when each step marker returns (benchmarks/xla_step.py
+  computes steps per second after warm-up from them).
 """
 
 import atexit
@@ -96,11 +96,11 @@ def _fix_metrics_file(xm):
 
 
 _SERIALIZE = os.environ.get("XLA_PROOF_SERIALIZE_STEPS") == "1"
-_WRAP_STEPS = _SERIALIZE or bool(os.environ.get("XLA_PROOF_STEP_TIMES"))
+_TIMES = os.environ.get("XLA_PROOF_STEP_TIMES")
+_WRAP_STEPS = _SERIALIZE or bool(_TIMES)
 _turn = threading.Condition()
 _state = {"next": 0}
 _inside = threading.local()
-_step_times = []
 
 
 def _step_marker(step_marker):
@@ -124,7 +124,10 @@ def _step_marker(step_marker):
             return step_marker(*args, **kwargs)
         finally:
             _inside.depth = 0
-            _step_times.append(time.perf_counter())
+            if _TIMES:
+                # Appended at every marker, per process: a spawned replica process skips atexit.
+                with open(f"{_TIMES}.{os.getpid()}", "a") as handle:
+                    handle.write(f"{time.perf_counter()!r}\n")
             if _SERIALIZE:
                 with _turn:
                     _state["next"] = (ordinal + 1) % world
@@ -168,10 +171,6 @@ def _at_exit():
 
         with open(final, "w") as handle:
             handle.write(met.metrics_report())
-    times = os.environ.get("XLA_PROOF_STEP_TIMES")
-    if times:
-        with open(times, "w") as handle:
-            handle.write("\n".join(repr(t) for t in _step_times))
 
 
 if os.environ.get("XLA_PROOF_FINAL_METRICS") or os.environ.get("XLA_PROOF_CLOSURE_READS") or _WRAP_STEPS:

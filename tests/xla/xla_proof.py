@@ -72,11 +72,6 @@ HANDWRITTEN_FOR = {"sgd_item_save": "sgd_xla.py", "ddp_torchrun": "ddp_xla.py"}
 # a gap the test XPASSes, which fails the run until the entry is removed here and in docs/proof.md.
 # Checks: "exit", "curve", "checkpoint", "deprecation", "compiles", "per_step".
 GAPS: dict[tuple[str, str, str], str] = {
-    ("ddp_torchrun", "*", "*"): (
-        "XLA101 bug: `device = torch.device(\"cuda\", local_rank) if use_cuda else torch.device(\"cpu\")` "
-        "becomes `device = device if use_cuda else torch.device(\"cpu\")` (use_cuda is rewritten to True), so "
-        "the migrated script dies with UnboundLocalError: cannot access local variable 'device' before the "
-        "first training step, on both targets"),
     ("trainer_class", "*", "compiles"): (
         "XLA3xx gap: the training loop in Trainer.fit calls self.train_step (where backward() is), so it is not "
         "seen as a training loop: no MpDeviceLoader/step marker, no finding; all 90 steps trace one growing "
@@ -253,7 +248,7 @@ def run_script(python: Path, source: str, label: str, *, xla: bool, distributed:
         if final.exists():
             blocks = parse_metrics(final.read_text())
             run.final = blocks[-1] if blocks else None
-        if run.final is not None and run.final.runs == 0 and run.blocks and run.blocks[-1].runs > 0:
+        if run.final is not None and run.final.runs == 0:
             run.final = None  # the replicas ran in a spawned child, whose exit skips atexit
         if run.final is None and run.blocks:
             run.final = run.blocks[-1]
@@ -297,10 +292,13 @@ def run_case(script_name: str, env: str) -> Case:
     migrated = run_script(python, result.code, f"{env} migrated {script.name}", xla=True,
                           distributed=script.distributed)
     RECORD.append((env, script.name, migrated))
+    if original.losses and len(original.losses) == len(migrated.losses):
+        DELTAS[(env, script.name)] = max(abs(a - b) for a, b in zip(original.losses, migrated.losses))
     return Case(script, env, target, result.code, original, migrated, list(result.findings))
 
 
 RECORD: list[tuple[str, str, Run]] = []  # every migrated run, for the tier summary
+DELTAS: dict[tuple[str, str], float] = {}  # largest |original - migrated| loss per case, for the summary
 SKIPPED: set[tuple[str, str, str]] = set()  # (env, script, reason) not run, for the tier summary
 
 
