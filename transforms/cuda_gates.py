@@ -122,11 +122,14 @@ class CudaGates(Rule):
                 self._fold(node, value, node)
 
     def _inside_done(self, node: cst.CSTNode) -> bool:
+        """Inside an expression already folded, or in the test of an ``if`` already folded (the gates in
+        its branches are folded too: its replacement keeps the edits made inside it)."""
         current: cst.CSTNode | None = node
+        previous: cst.CSTNode | None = None
         while current is not None:
-            if current in self._done:
+            if current in self._done and (not isinstance(current, cst.If) or previous is current.test):
                 return True
-            current = self.ctx.parent(current)
+            previous, current = current, self.ctx.parent(current)
         return False
 
     def _fold(self, node: cst.BaseExpression, value: bool, gate: cst.BaseExpression) -> None:

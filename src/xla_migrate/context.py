@@ -161,7 +161,7 @@ class MigrationContext:
         bound once at the top of the enclosing function (or after the imports), recorded under ``code``."""
         own_scope = self.function_scope(node)
         for scope in self.visible_scopes(node):
-            names = self.facts.device_names.get(scope, set()) | (
+            names = {n for n in self.facts.device_names.get(scope, set()) if self._usable(n, scope, own_scope, node)} | (
                 {self._bound_devices[scope]} if scope in self._bound_devices else set())
             if names:
                 return "device" if "device" in names else sorted(names)[0]
@@ -183,6 +183,18 @@ class MigrationContext:
         target_list.setdefault(anchor_statement, []).append([statement])
         self.record_change(code, anchor_statement, f"bound the XLA device once: {name} = {self.spell('device')}")
         return name
+
+    def _usable(self, name: str, scope: Scope, own_scope: Scope | None, node: cst.CSTNode) -> bool:
+        """A device variable of ``scope`` can be used at ``node``: in the node's own scope only when bound
+        before it, and from an outer scope only when the own scope does not bind the name too (a later
+        ``device = ...`` makes ``device`` an unbound local up to there)."""
+        if own_scope is None:
+            return True
+        if scope is not own_scope:
+            return not own_scope.assignments[name]
+        where = self.position(node)
+        return any((0, 0) < self.position(a.node) < where for a in own_scope.assignments[name]
+                   if isinstance(a.node, cst.CSTNode))
 
     def _self_device_attribute(self, node: cst.CSTNode) -> str | None:
         scope = self.function_scope(node)
