@@ -2,7 +2,8 @@
 
 What it does:
     - ``torch.cuda.synchronize()`` -> the target's ``xm.wait_device_ops()``.
-    - ``torch.cuda.manual_seed(s)`` / ``torch.cuda.manual_seed_all(s)`` -> ``xm.set_rng_state(s)``.
+    - ``torch.cuda.manual_seed(s)`` / ``torch.cuda.manual_seed_all(s)`` -> ``xm.set_rng_state(s)`` (once where
+      the two follow each other with the same seed).
     - ``torch.cuda.get_device_name(...)`` -> ``xm.xla_device_hw(device)`` (``"TPU"``, ``"GPU"``, ``"CPU"``).
     - ``x.pin_memory()`` -> ``x``: pinned host memory needs CUDA (without it the call fails), and the XLA
       transfer does not use it. Left alone in a script that defines its own ``pin_memory`` method (a custom
@@ -127,6 +128,12 @@ class CudaApisToXla(Rule):
             if len(args) != 1:
                 return
             seed = args[0].value
+            statement = self._statement_of(node)
+            if statement is not None and self._seeded_just_before(statement, seed):
+                # `torch.cuda.manual_seed(s)` then `torch.cuda.manual_seed_all(s)`: XLA's is seeded once.
+                self.remove(statement, f"removed {self._short(node)}: the line before seeds the XLA generator")
+                self._may_free_imports(node.func)
+                return
             template = cst.parse_expression(ctx.spell("set_rng_state", _PLACEHOLDER))
 
             def seeded(updated: cst.Call) -> cst.BaseExpression:
@@ -148,6 +155,28 @@ class CudaApisToXla(Rule):
             if removed is not None and statement is not None:
                 self.remove(statement, f"removed {self._short(node)}: {removed}")
                 self._may_free_imports(node.func)
+
+    def _seeded_just_before(self, statement: cst.BaseSmallStatement, seed: cst.BaseExpression) -> bool:
+        """The statement before ``statement`` (in its line or its block) seeds CUDA with the same seed."""
+        line = self.ctx.parent(statement)
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        index = line.body.index(statement)
+        if index > 0:
+            previous = line.body[index - 1]
+        else:
+            block = self.ctx.parent(line)
+            body = list(getattr(block, "body", ()))
+            position = next((i for i, s in enumerate(body) if s is line), 0)
+            if position == 0 or not isinstance(body[position - 1], cst.SimpleStatementLine):
+                return False
+            previous = body[position - 1].body[-1]
+        if not (isinstance(previous, cst.Expr) and isinstance(previous.value, cst.Call)
+                and self.ctx.qualnames(previous.value.func) & set(SEEDS)):
+            return False
+        args = patterns.positional(previous.value) or [
+            a for a in previous.value.args if a.keyword and a.keyword.value == "seed"]
+        return len(args) == 1 and patterns.code_of(args[0].value) == patterns.code_of(seed)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         flags = [self._flag(t.target) for t in node.targets]
