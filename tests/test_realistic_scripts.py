@@ -15,6 +15,9 @@ For every script and target:
 * every change and finding names a line and column of the input;
 * no name is left unbound that was bound in the input (a removed import or variable still used, a device
   variable used in its own definition), unless a finding names the line.
+
+And each script forced into the other mode (``--single`` on a distributed script, ``--distributed`` on a
+single-device one) keeps the same properties.
 """
 
 from __future__ import annotations
@@ -277,6 +280,26 @@ def test_nothing_lost_that_was_not_meant_to_change(path, target):
 @pytest.mark.parametrize("path, target", PARAMS)
 def test_no_name_left_unbound(path, target):
     problems = unbound_problems(_migrate(path, target))
+    assert not problems, "\n".join(problems)
+
+
+def _looks_distributed(data: bytes) -> bool:
+    return any(word in data for word in (b"torch.distributed", b"mp.spawn", b'"RANK"', b"'RANK'"))
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_forced_into_the_other_mode(path):
+    """--single on a distributed script, --distributed on a single-device one (2.9 target): the same
+    properties, and idempotent under the same flag."""
+    data = path.read_bytes()
+    distributed = not _looks_distributed(data)
+    result = migrate(data, target="2.9", path=path.name, distributed=distributed)
+    assert result.error is None, result.error
+    compile(result.output_bytes, path.name, "exec", dont_inherit=True)
+    again = migrate(result.output_bytes, target="2.9", path=path.name, distributed=distributed)
+    assert (again.output_bytes, again.changes) == (result.output_bytes, []), again.diff
+    problems = (unexplained_losses(result) + layout_problems(result) + position_problems(result)
+                + unbound_problems(result) + uncovered_in(result))
     assert not problems, "\n".join(problems)
 
 
