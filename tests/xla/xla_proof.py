@@ -74,8 +74,8 @@ HANDWRITTEN_FOR = {"sgd_item_save": "sgd_xla.py", "ddp_torchrun": "ddp_xla.py"}
 GAPS: dict[tuple[str, str, str], str] = {
     ("trainer_class", "*", "compiles"): (
         "XLA3xx gap: the training loop in Trainer.fit calls self.train_step (where backward() is), so it is not "
-        "seen as a training loop: no MpDeviceLoader/step marker, no finding; all 90 steps trace one growing "
-        "graph run once at the end (4 step markers for 90 steps)"),
+        "seen as a training loop: no MpDeviceLoader/step marker, no finding; all 30 steps trace one growing "
+        "graph run once at the end (4 step markers for 30 steps)"),
     ("trainer_class", "*", "per_step"): (
         "XLA3xx gap: the training loop in Trainer.fit calls self.train_step (where backward() is), so it is not "
         "seen as a training loop: no step marker per step"),
