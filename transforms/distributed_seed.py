@@ -26,7 +26,6 @@ Use instead:
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from xla_migrate import patterns
 from xla_migrate.facts import DDP, MP_SPAWN
@@ -59,7 +58,7 @@ class DistributedSeed(Rule):
             self._seeds.append(node)
         elif names & set(DDP) or (
                 any(n.startswith("torch.optim.") or n.startswith("torch_xla.amp.syncfree.") for n in names)
-                and m.findall(node, m.Call(func=m.Attribute(attr=m.Name("parameters"))))):
+                and patterns.find_all(node, lambda n: patterns.method_call(n, "parameters") is not None)):
             self._models.append(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:

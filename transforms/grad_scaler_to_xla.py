@@ -39,7 +39,6 @@ Use instead:
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
@@ -209,7 +208,7 @@ class GradScalerToXla(Rule):
                 owner = self.ctx.parent(block)
         if (isinstance(owner, cst.If) and owner.orelse is None
                 and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))
-                and not m.findall(owner.test, m.Call() | m.Await() | m.NamedExpr() | m.Yield())):
+                and not patterns.find_all(owner.test, lambda n: isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield)))):
             self.remove(owner, f"{message} (with the `if` around it)")
         else:
             self.remove(statement, message)

@@ -36,7 +36,6 @@ Use instead:
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
@@ -115,9 +114,9 @@ class ProcessGroupToXla(Rule):
         if not (isinstance(owner, cst.If) and owner.orelse is None
                 and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))):
             return None
-        calls = m.findall(owner.test, m.Call())
-        if all(common.dist_call(self.ctx, c, *_GUARDS) for c in calls) and not m.findall(
-                owner.test, m.Await() | m.NamedExpr() | m.Yield()):
+        calls = patterns.find_all(owner.test, lambda n: isinstance(n, cst.Call))
+        if all(common.dist_call(self.ctx, c, *_GUARDS) for c in calls) and not patterns.find_all(
+                owner.test, lambda n: isinstance(n, (cst.Await, cst.NamedExpr, cst.Yield))):
             return owner
         return None
 

@@ -25,7 +25,6 @@ Use instead:
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from xla_migrate import patterns
 from xla_migrate.facts import is_cuda_device_expr
@@ -63,7 +62,7 @@ class TorchLoadMapLocation(Rule):
             return any(isinstance(e, cst.DictElement) and (patterns.is_cuda_string(e.value) or
                                                            patterns.is_cuda_string(e.key)) for e in node.elements)
         if isinstance(node, cst.Lambda):
-            return bool(m.findall(node.body, m.Call(func=m.Attribute(attr=m.Name("cuda")))))
+            return bool(patterns.find_all(node.body, lambda n: patterns.method_call(n, "cuda") is not None))
         return False
 
     def _feeds_state_dict(self, node: cst.Call) -> bool:

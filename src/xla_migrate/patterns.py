@@ -72,6 +72,19 @@ def without_trailing_comma(args: list[cst.Arg]) -> list[cst.Arg]:
     return [*args[:-1], args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
 
 
+def find_all(tree: cst.CSTNode, predicate) -> list[cst.CSTNode]:
+    """Every node in ``tree`` (itself included) for which ``predicate`` holds, in source order.
+    (libcst.matchers.findall does this too, but importing libcst.matchers costs 0.2 s at start-up.)"""
+    found = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if predicate(node):
+            found.append(node)
+        stack.extend(reversed(node.children))
+    return found
+
+
 def code_of(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
