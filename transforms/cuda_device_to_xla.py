@@ -4,7 +4,7 @@ What it does:
     Rewrites every way a script names a CUDA device to the target's XLA device: ``torch.device("cuda")``,
     ``torch.device("cuda:0")``, ``torch.device(f"cuda:{rank}")``, ``torch.device("cuda", i)``,
     ``"cuda" if torch.cuda.is_available() else "cpu"`` (and the ``torch.device`` of it) where a device is
-    assigned, ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and
+    assigned, ``torch.device("cuda") if ... else torch.device("cpu")`` wherever it is (as a whole), ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and
     ``device="cuda"`` keyword arguments. Where a device is needed and the script has no device variable in
     scope, ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
     Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
@@ -62,30 +62,17 @@ class CudaDeviceToXla(Rule):
             return
         name = patterns.dotted_name(target)
         # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
-        if name is None or "type" in name.rsplit(".", 1)[-1] or not self._is_definition_value(value):
+        if name is None or "type" in name.rsplit(".", 1)[-1] or not _is_cuda_value(value):
             return
         device = self.ctx.spell("device")
         self.replace(value, cst.parse_expression(device), f"{self._short(value)} -> {device}")
-
-    def _is_definition_value(self, value: cst.BaseExpression) -> bool:
-        # `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` as a whole.
-        return _is_cuda_value(value) or (isinstance(value, cst.IfExp) and is_cuda_device_expr(value, self.ctx.qualnames))
-
-    def _in_definition(self, node: cst.CSTNode) -> bool:
-        """``node`` is the first branch of a conditional device definition, which is replaced whole."""
-        parent = self.ctx.parent(node)
-        if not isinstance(parent, cst.IfExp) or parent.body is not node:
-            return False
-        statement = self.ctx.parent(parent)
-        return (isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is parent
-                and self._is_definition_value(parent))
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         if ctx.facts.uses_accelerate:
             return
         if ctx.is_call_to(node, "torch.device"):
-            if is_cuda_device_expr(node, ctx.qualnames) and not self._in_definition(node):
+            if is_cuda_device_expr(node, ctx.qualnames):
                 self._device_call(node)
             return
         if patterns.method_call(node, "cuda") and not ctx.qualnames(node.func) & {"torch.cuda"}:
@@ -101,6 +88,10 @@ class CudaDeviceToXla(Rule):
 
     def _device_call(self, node: cst.Call) -> None:
         parent = self.ctx.parent(node)
+        if isinstance(parent, cst.IfExp) and parent.body is node:
+            # `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` is the device as a
+            # whole (replacing the call alone would leave XLA104 a gate to fold in a second run).
+            node, parent = parent, self.ctx.parent(parent)
         if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
             device = self.ctx.spell("device")
             self.replace(node, cst.parse_expression(device), f"{self._short(node)} -> {device}")

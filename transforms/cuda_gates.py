@@ -98,6 +98,8 @@ class CudaGates(Rule):
     def _gate(self, node: cst.BaseExpression, value: bool) -> None:
         current = self.ctx.parent(node)
         while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.BaseStatement)):
+            if isinstance(current, cst.FormattedStringExpression) and current.equal is not None:
+                return  # f"{torch.cuda.is_available()=}" prints its own text: left (XLA900 reports it)
             # Left to XLA101 / the AMP rules: whole CUDA device expressions and device-type choices.
             if is_cuda_device_expr(current, self.ctx.qualnames) and not isinstance(current, cst.Comparison):
                 return
