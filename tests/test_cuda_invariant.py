@@ -84,9 +84,19 @@ def cuda_constructs(code: str) -> list[Construct]:
     return scanner.found
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def source_lines(code: str, keepends: bool = False) -> list[str]:
+    """Lines as Python numbers them: only \\n, \\r\\n and \\r end a line (``str.splitlines`` also splits
+    at a form feed and other separators, which would shift every line number after them)."""
+    lines = _LINE.findall(code)
+    return lines if keepends else [line.rstrip("\r\n") for line in lines]
+
+
 def input_lines_for(source: str, output: str) -> dict[int, list[int]]:
     """Output line (1-based) -> the input lines (1-based) it may have come from; [] for inserted lines."""
-    old, new = source.splitlines(), output.splitlines()
+    old, new = source_lines(source), source_lines(output)
     mapping: dict[int, list[int]] = {}
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -112,7 +122,7 @@ def uncovered_in(result) -> list[str]:
     is a successful ``MigrationResult``; its decoded source and code are compared)."""
     source = result.source
     finding_lines = {f.line for f in result.findings}
-    old_lines = source.splitlines()
+    old_lines = source_lines(source)
     mapping = input_lines_for(source, result.code)
     problems = []
     for construct in cuda_constructs(result.code):
@@ -123,7 +133,7 @@ def uncovered_in(result) -> list[str]:
         if not finding_lines & set(candidates):
             where = f"input lines {candidates}" if candidates else "a line the migration inserted"
             problems.append(f"output line {construct.line}: {construct.text!r} ({where}) has no finding:\n"
-                            f"    {result.code.splitlines()[construct.line - 1].strip()}")
+                            f"    {source_lines(result.code)[construct.line - 1].strip()}")
     return problems
 
 

@@ -33,7 +33,7 @@ import pytest
 from goldens import FIXTURES
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
-from test_cuda_invariant import input_lines_for, uncovered_in
+from test_cuda_invariant import input_lines_for, source_lines, uncovered_in
 
 from xla_migrate import migrate
 from xla_migrate.targets import TARGETS
@@ -63,7 +63,9 @@ class _Spans(cst.CSTVisitor):
         self.imports: list[tuple[int, int, set[str]]] = []
 
     def _first(self, node) -> int:
-        return self.get_metadata(PositionProvider, node).start.line - len(node.leading_lines)
+        # A def or class starts at its first decorator.
+        start = node.decorators[0] if getattr(node, "decorators", None) else node
+        return self.get_metadata(PositionProvider, start).start.line - len(node.leading_lines)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         first, last = self._first(node), self.get_metadata(PositionProvider, node).end.line
@@ -127,8 +129,8 @@ def _used_names(module: cst.Module) -> set[str]:
 
 def unexplained_losses(result) -> list[str]:
     """Input lines the output deleted or replaced that no change record accounts for."""
-    old = result.source.splitlines(keepends=True)
-    new = result.output_bytes.decode(result.encoding).splitlines(keepends=True)
+    old = source_lines(result.source, keepends=True)
+    new = source_lines(result.output_bytes.decode(result.encoding), keepends=True)
     if result.encoding == "utf-8-sig":
         new[:1] = [new[0].removeprefix("\ufeff")] if new else []
     spans = _Spans()
@@ -181,14 +183,14 @@ def _indent_chars(code: str) -> set[str]:
 
 
 def _ends_blank(code: str) -> bool:
-    lines = code.splitlines()
+    lines = source_lines(code)
     return bool(lines) and not lines[-1].strip()
 
 
 def layout_problems(result) -> list[str]:
     source, output = result.source, result.output_bytes.decode(result.encoding)
     problems = []
-    old_endings, new_endings = _endings(source.splitlines(True)), _endings(output.splitlines(True))
+    old_endings, new_endings = _endings(source_lines(source, True)), _endings(source_lines(output, True))
     if len(old_endings) == 1 and new_endings != old_endings:
         problems.append(f"line endings {sorted(old_endings)} became {sorted(new_endings)}")
     if source.endswith(("\n", "\r")) != output.endswith(("\n", "\r")):
@@ -201,7 +203,7 @@ def layout_problems(result) -> list[str]:
 
 
 def position_problems(result) -> list[str]:
-    lines = result.source.splitlines()
+    lines = source_lines(result.source)
     problems = []
     for record in [*result.changes, *result.findings]:
         if not 1 <= record.line <= len(lines):
@@ -230,7 +232,7 @@ def unbound_problems(result) -> list[str]:
     before = {name for name, _ in unbound_names(result.source)}
     mapping = input_lines_for(result.source, result.code)
     finding_lines = {f.line for f in result.findings}
-    lines = result.code.splitlines()
+    lines = source_lines(result.code)
     return [f"output line {line}: {name!r} is not bound (input lines {mapping.get(line, [])}, no finding):\n"
             f"    {lines[line - 1].strip()}"
             for name, line in unbound_names(result.code)

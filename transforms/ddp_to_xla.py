@@ -11,7 +11,8 @@ What it does:
       ``model`` parameter) -> ``model``; ``model.module if hasattr(model, "module") else model`` and
       ``getattr(model, "module", model)`` -> ``model``.
     - ``with model.no_sync():`` -> ``with contextlib.nullcontext():`` (gradient accumulation: without DDP no
-      step reduces before the optimizer step anyway).
+      step reduces before the optimizer step anyway); ``model.no_sync`` itself (``ctx = model.no_sync if
+      accumulating else nullcontext``) -> ``contextlib.nullcontext``.
     - ``nn.SyncBatchNorm.convert_sync_batchnorm(model)`` is reported.
 
 Why:
@@ -97,6 +98,15 @@ class DdpToXla(Rule):
             self.import_may_be_dead(module_name, name)
         self.import_may_be_dead("torch.nn.parallel", "DistributedDataParallel")
 
+    def _no_sync_reference(self, node: cst.Attribute) -> None:
+        """``ctx = model.no_sync if accumulating else nullcontext``: the method itself, not called here."""
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            return  # model.no_sync() is rewritten as a call
+        context = self.ctx.local_name("contextlib", "contextlib")
+        self.replace(node, cst.parse_expression(f"{context}.nullcontext"),
+                     f"{short(node)} -> {context}.nullcontext: no DDP wrapper to hold back")
+
     # model.module ------------------------------------------------------------------------------------------
     def _is_wrapper(self, node: cst.BaseExpression) -> bool:
         name = patterns.dotted_name(node)
@@ -126,6 +136,8 @@ class DdpToXla(Rule):
                      f"{short(node)} -> {name}: no DDP wrapper")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self.ctx.distributed and node.attr.value == "no_sync" and self._is_wrapper(node.value):
+            self._no_sync_reference(node)
         if not self.ctx.distributed or node.attr.value != "module" or node in self._handled:
             return
         if not self._is_wrapper(node.value):
