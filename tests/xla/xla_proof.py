@@ -71,15 +71,7 @@ HANDWRITTEN_FOR = {"sgd_item_save": "sgd_xla.py", "ddp_torchrun": "ddp_xla.py"}
 # check). Those tests are strict xfails whose ids end in "-GAP" (docs/proof.md lists them): when the rules close
 # a gap the test XPASSes, which fails the run until the entry is removed here and in docs/proof.md.
 # Checks: "exit", "curve", "checkpoint", "deprecation", "compiles", "per_step".
-GAPS: dict[tuple[str, str, str], str] = {
-    ("trainer_class", "*", "compiles"): (
-        "XLA3xx gap: the training loop in Trainer.fit calls self.train_step (where backward() is), so it is not "
-        "seen as a training loop: no MpDeviceLoader/step marker, no finding; all 30 steps trace one growing "
-        "graph run once at the end (4 step markers for 30 steps)"),
-    ("trainer_class", "*", "per_step"): (
-        "XLA3xx gap: the training loop in Trainer.fit calls self.train_step (where backward() is), so it is not "
-        "seen as a training loop: no step marker per step"),
-}
+GAPS: dict[tuple[str, str, str], str] = {}
 
 
 def gap(script: Script, env: str, check: str) -> str | None:
