@@ -83,6 +83,7 @@ def swap_quotes(text: str) -> str:
 COMMENT_SENSITIVE = {
     # XLA104 keeps `if True:` when the if line carries a comment, rather than lose the comment.
     "XLA104/if_statements[2.9]",
+    "XLA104/elif_chain[2.9]",
 }
 
 EXACT = {"crlf": crlf, "no-final-newline": no_final_newline, "cookie": cookie, "tabs": tabs,
