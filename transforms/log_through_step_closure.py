@@ -81,7 +81,7 @@ class LogThroughStepClosure(Rule):
 
         one_line = len(patterns.code_of(call)) + len(f"{closure}({head} {args})") + self._indent(node)
         if one_line > LINE_LIMIT and isinstance(template, cst.Call):
-            template = _one_argument_per_line(template)
+            template = _one_argument_per_line(template, self.ctx.module.default_indent)
 
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
             return template.visit(_Substitute(updated))
@@ -94,7 +94,8 @@ class LogThroughStepClosure(Rule):
             if isinstance(current, cst.IndentedBlock):
                 depth += 1
             current = self.ctx.parent(current)
-        return depth * len(self.ctx.module.default_indent)
+        # Visual width: a tab counts as four columns, so tabs and spaces lay a call out alike.
+        return depth * len(self.ctx.module.default_indent.expandtabs(4))
 
     def _captured(self, call: cst.Call, loop: cst.For | cst.While) -> list[str]:
         """Names the closure takes as arguments, in order of use: the loop's tensors and every name the
@@ -131,13 +132,13 @@ class LogThroughStepClosure(Rule):
         return False
 
 
-def _one_argument_per_line(call: cst.Call) -> cst.Call:
-    """``f(a, b)`` as ``f(\n    a,\n    b,\n)`` at the statement's indentation."""
+def _one_argument_per_line(call: cst.Call, indent: str) -> cst.Call:
+    """``f(a, b)`` as ``f(\n    a,\n    b,\n)`` at the statement's indentation, one more of the file's own
+    indentation unit (tabs in a tab-indented file) for the arguments."""
     def line_break(last_line: str) -> cst.ParenthesizedWhitespace:
         return cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(last_line))
 
     args = list(call.args)
-    indent = "    "
     laid_out = [a.with_changes(comma=cst.Comma(whitespace_after=line_break(indent if i < len(args) - 1 else "")))
                 for i, a in enumerate(args)]
     return call.with_changes(args=laid_out, whitespace_before_args=line_break(indent))
