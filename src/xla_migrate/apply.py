@@ -36,6 +36,12 @@ class EditApplier(cst.CSTTransformer):
         self._changed_below.append(False)
         return node in self._on_edit_path
 
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass  # per-attribute hooks are unused: skip libcst's two lookups per child
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
         changed = self._changed_below.pop()
         result = updated
