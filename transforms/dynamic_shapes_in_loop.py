@@ -54,7 +54,8 @@ class DynamicShapesInLoop(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._iterated = self._training_loader_names()
+        # A whole-module walk, needed only when the script has training loops.
+        self._iterated = self._training_loader_names() if ctx.facts.training_loops else set()
         self._training_args = hf_common.local_training_args_classes(ctx.module, ctx)
         # Names bound to boolean masks, per training loop.
         self._masks: dict[cst.CSTNode, set[str]] = {}

@@ -42,7 +42,8 @@ class HfDataloaderWorkers(Rule):
         self._local = hf_common.local_training_args_classes(ctx.module, ctx)
         self._parsers: dict[str, int] = {}
         self._reported: set[str] = set()
-        self._assigned = _assigns_workers(ctx.module)
+        # A whole-module walk: only Hugging Face scripts can have TrainingArguments to check.
+        self._assigned = ctx.facts.is_hf_script and _assigns_workers(ctx.module)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._parsers.update(hf_common.parsers_of_training_args(self.ctx, node, self._local))
