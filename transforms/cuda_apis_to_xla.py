@@ -60,18 +60,6 @@ SYNCHRONIZE = ("torch.cuda.synchronize",)
 DEVICE_NAME = ("torch.cuda.get_device_name",)
 FLAG_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
 
-_PLACEHOLDER = "__xla_migrate_arg__"
-
-
-class _Substitute(cst.CSTTransformer):
-    def __init__(self, node: cst.BaseExpression) -> None:
-        super().__init__()
-        self.node = node
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        return self.node if original_node.value == _PLACEHOLDER else updated_node
-
-
 class CudaApisToXla(Rule):
     code = "XLA102"
     name = "cuda-apis-to-xla"
@@ -134,15 +122,15 @@ class CudaApisToXla(Rule):
                 self.remove(statement, f"removed {self._short(node)}: the line before seeds the XLA generator")
                 self._may_free_imports(node.func)
                 return
-            template = cst.parse_expression(ctx.spell("set_rng_state", _PLACEHOLDER))
+            template = cst.parse_expression(ctx.spell("set_rng_state", patterns.HOLE))
 
             def seeded(updated: cst.Call) -> cst.BaseExpression:
                 updated_args = patterns.positional(updated) or [
                     a for a in updated.args if a.keyword and a.keyword.value == "seed"]
-                return template.visit(_Substitute(updated_args[0].value))
+                return patterns.fill(template, updated_args[0].value)
 
             self.replace(node, seeded, f"{self._short(node)} -> "
-                         f"{patterns.code_of(template).replace(_PLACEHOLDER, self._short(seed))}")
+                         f"{patterns.code_of(template).replace(patterns.HOLE, self._short(seed))}")
             self._may_free_imports(node.func)
         elif names & set(DEVICE_NAME):
             device = ctx.device_reference(node, self.code)

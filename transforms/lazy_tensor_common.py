@@ -163,32 +163,38 @@ def _produces_tensor(ctx: MigrationContext, value: cst.BaseExpression, names: se
     return bool(_mentions(value, names))
 
 
+class _Mentions(cst.CSTVisitor):
+    """Collects uses of tensor names that need the tensor's value (``loss``, ``outputs.loss``), not
+    ``loss.shape``; lambdas (step closures already) are not entered."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+        self.found: list[cst.CSTNode] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if patterns.dotted_name(node) in self.names:
+            self.found.append(node)
+        elif node.attr.value not in STATIC_ATTRIBUTES:
+            node.value.visit(self)  # not the attribute's own name
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # not the keyword
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.names:
+            self.found.append(node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
 def _mentions(node: cst.CSTNode, names: set[str]) -> list[cst.CSTNode]:
-    """Uses of tensor names in ``node`` that need the tensor's value (``loss``, ``outputs.loss``), not
-    ``loss.shape``."""
-    found: list[cst.CSTNode] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            if patterns.dotted_name(node) in names:
-                found.append(node)
-            elif node.attr.value not in STATIC_ATTRIBUTES:
-                node.value.visit(self)  # not the attribute's own name
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)  # not the keyword
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            if node.value in names:
-                found.append(node)
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
-    node.visit(Finder())
-    return found
+    finder = _Mentions(names)
+    node.visit(finder)
+    return finder.found
 
 
 def _is_read_call(ctx: MigrationContext, node: cst.CSTNode, names: set[str]) -> bool:
@@ -204,37 +210,19 @@ def reads(ctx: MigrationContext, node: cst.CSTNode, names: set[str]) -> list[cst
     """The outermost expressions in ``node`` that read a tensor's value to the host: ``x.item()``,
     ``x.tolist()``, ``x.cpu()``, ``x.numpy()``, ``float(loss)``; with ``names``, also a tensor used as a
     value (printed, formatted, compared)."""
-    found: list[cst.CSTNode] = []
 
-    class Finder(cst.CSTVisitor):
+    class Finder(_Mentions):
         def visit_Call(self, node: cst.Call) -> bool:
             if ctx.qualnames(node.func) & set(STEP_CLOSURES):
                 return False
             if _is_read_call(ctx, node, names):
-                found.append(node)
+                self.found.append(node)
                 return False
             return True
 
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            if patterns.dotted_name(node) in names:
-                found.append(node)
-            elif node.attr.value not in STATIC_ATTRIBUTES:
-                node.value.visit(self)  # not the attribute's own name
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)  # not the keyword
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            if node.value in names:
-                found.append(node)
-
-    node.visit(Finder())
-    return found
+    finder = Finder(names)
+    node.visit(finder)
+    return finder.found
 
 
 def is_logging_call(ctx: MigrationContext, call: cst.Call) -> bool:

@@ -46,18 +46,8 @@ from xla_migrate.rule import Rule
 from xla_migrate.transforms import lazy_tensor_common as lazy
 from xla_migrate.transforms.amp_common import short
 
-_PLACEHOLDER = "__xla_migrate_logging__"
 # Longer closures get one argument per line.
 LINE_LIMIT = 100
-
-
-class _Substitute(cst.CSTTransformer):
-    def __init__(self, node: cst.BaseExpression) -> None:
-        super().__init__()
-        self.node = node
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        return self.node if original_node.value == _PLACEHOLDER else updated_node
 
 
 class LogThroughStepClosure(Rule):
@@ -77,14 +67,14 @@ class LogThroughStepClosure(Rule):
         args = f", args=({params},)" if len(captured) == 1 else (f", args=({params})" if captured else "")
         closure = self.ctx.spell("add_step_closure")
         head = f"lambda {params}:" if captured else "lambda:"
-        template = cst.parse_expression(f"{closure}({head} {_PLACEHOLDER}{args})")
+        template = cst.parse_expression(f"{closure}({head} {patterns.HOLE}{args})")
 
         one_line = len(patterns.code_of(call)) + len(f"{closure}({head} {args})") + self._indent(node)
         if one_line > LINE_LIMIT and isinstance(template, cst.Call):
             template = _one_argument_per_line(template, self.ctx.module.default_indent)
 
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
-            return template.visit(_Substitute(updated))
+            return patterns.fill(template, updated)
 
         self.replace(call, wrap, f"{short(call)} reads tensors mid-step -> {closure}({head} ...)")
 

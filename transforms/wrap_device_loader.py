@@ -43,18 +43,6 @@ import libcst as cst
 from xla_migrate import loops, patterns
 from xla_migrate.rule import Rule
 
-_PLACEHOLDER = "__xla_migrate_loader__"
-
-
-class _Substitute(cst.CSTTransformer):
-    def __init__(self, node: cst.BaseExpression) -> None:
-        super().__init__()
-        self.node = node
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        return self.node if original_node.value == _PLACEHOLDER else updated_node
-
-
 class WrapDeviceLoader(Rule):
     code = "XLA301"
     name = "wrap-device-loader"
@@ -70,10 +58,10 @@ class WrapDeviceLoader(Rule):
             return
         loader = site.loader
         device = self.ctx.device_reference(loader, self.code)
-        template = cst.parse_expression(self.ctx.spell("device_loader", _PLACEHOLDER, device))
+        template = cst.parse_expression(self.ctx.spell("device_loader", patterns.HOLE, device))
         text = " ".join(patterns.code_of(loader).split())
 
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
-            return template.visit(_Substitute(updated))
+            return patterns.fill(template, updated)
 
-        self.replace(loader, wrap, f"{text} -> {patterns.code_of(template).replace(_PLACEHOLDER, text)}")
+        self.replace(loader, wrap, f"{text} -> {patterns.code_of(template).replace(patterns.HOLE, text)}")

@@ -85,6 +85,24 @@ def find_all(tree: cst.CSTNode, predicate) -> list[cst.CSTNode]:
     return found
 
 
+# Where a rule's template (code spelled by the target) takes an expression from the script: parse the template
+# with HOLE in its place, then ``fill(template, expression)``, so the expression keeps other rules' edits.
+HOLE = "__xla_migrate_hole__"
+
+
+class _Fill(cst.CSTTransformer):
+    def __init__(self, value: cst.BaseExpression) -> None:
+        super().__init__()
+        self.value = value
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.value if original_node.value == HOLE else updated_node
+
+
+def fill(template: cst.CSTNode, value: cst.BaseExpression) -> cst.CSTNode:
+    return template.visit(_Fill(value))
+
+
 def code_of(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
