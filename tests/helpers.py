@@ -17,12 +17,12 @@ x = torch.randn(8, 4, device="cuda")
 NO_CUDA_SCRIPT = "import torch\n\nx = torch.zeros(3)\n"
 
 
-def run_cli(*args: str, cwd: Path, stdin: bytes | None = None, env: dict | None = None):
+def run_cli(*args: str, cwd: Path, stdin: bytes | None = None, env: dict | None = None, timeout: float = 60):
     """Run ``xla-migrate`` as a user would: a real process from the installed console script."""
     executable = Path(sys.executable).with_name("xla-migrate")
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([str(executable), *args], cwd=cwd, input=stdin, capture_output=True, env=full_env,
-                          timeout=60)
+                          timeout=timeout)
 
 
 def tree_snapshot(folder: Path) -> dict[str, bytes]:
