@@ -235,7 +235,3 @@ class MigrationContext:
     def record_finding(self, code: str, node: cst.CSTNode, message: str, fix: str = "") -> None:
         line, column = self.position(node)
         self.findings.append(Finding(line, column, code, message, fix))
-
-    def code_for(self, node: cst.CSTNode) -> str:
-        return patterns.code_of(node)
-

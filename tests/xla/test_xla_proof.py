@@ -8,7 +8,6 @@ See docs/proof.md for what each check means and the figures.
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import xla_proof as xp
