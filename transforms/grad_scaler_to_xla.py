@@ -198,17 +198,9 @@ class GradScalerToXla(Rule):
     def _remove_statement(self, statement: cst.Expr, message: str) -> None:
         """Remove ``statement``; an ``if`` left with nothing to do (``if clip: scaler.unscale_(opt)``) goes
         with it when its test has no side effects."""
-        line = self.ctx.parent(statement)
-        owner = None
-        if isinstance(line, cst.SimpleStatementSuite) and len(line.body) == 1:
-            owner = self.ctx.parent(line)
-        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            block = self.ctx.parent(line)
-            if isinstance(block, cst.IndentedBlock) and len(block.body) == 1:
-                owner = self.ctx.parent(block)
-        if (isinstance(owner, cst.If) and owner.orelse is None
-                and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))
-                and not patterns.find_all(owner.test, lambda n: isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield)))):
+        owner = self.ctx.sole_if_around(statement)
+        if owner is not None and not patterns.find_all(
+                owner.test, lambda n: isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield))):
             self.remove(owner, f"{message} (with the `if` around it)")
         else:
             self.remove(statement, message)

@@ -103,16 +103,8 @@ class ProcessGroupToXla(Rule):
     def _removable_if(self, statement: cst.Expr) -> cst.If | None:
         """The ``if`` around ``statement`` when it is the only thing it does and its test only asks
         whether torch.distributed is set up (``if dist.is_initialized():``)."""
-        line = self.ctx.parent(statement)
-        owner = None
-        if isinstance(line, cst.SimpleStatementSuite) and len(line.body) == 1:
-            owner = self.ctx.parent(line)
-        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
-            block = self.ctx.parent(line)
-            if isinstance(block, cst.IndentedBlock) and len(block.body) == 1:
-                owner = self.ctx.parent(block)
-        if not (isinstance(owner, cst.If) and owner.orelse is None
-                and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))):
+        owner = self.ctx.sole_if_around(statement)
+        if owner is None:
             return None
         calls = patterns.find_all(owner.test, lambda n: isinstance(n, cst.Call))
         if all(common.dist_call(self.ctx, c, *_GUARDS) for c in calls) and not patterns.find_all(

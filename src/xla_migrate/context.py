@@ -105,6 +105,22 @@ class MigrationContext:
             current = parent
         return None
 
+    def sole_if_around(self, statement: cst.BaseSmallStatement) -> cst.If | None:
+        """The ``if`` (no ``else``, in a block or the module) whose whole body is this one statement, as in
+        ``if clip: scaler.unscale_(opt)``: removing the statement may take the ``if`` with it."""
+        line = self.parent(statement)
+        owner = None
+        if isinstance(line, cst.SimpleStatementSuite) and len(line.body) == 1:
+            owner = self.parent(line)
+        elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            block = self.parent(line)
+            if isinstance(block, cst.IndentedBlock) and len(block.body) == 1:
+                owner = self.parent(block)
+        if (isinstance(owner, cst.If) and owner.orelse is None
+                and isinstance(self.parent(owner), (cst.IndentedBlock, cst.Module))):
+            return owner
+        return None
+
     def function_scope(self, node: cst.CSTNode) -> Scope | None:
         """The function or module scope whose locals ``node`` sees (comprehensions and lambdas skipped)."""
         scope = self.scopes.get(node)
