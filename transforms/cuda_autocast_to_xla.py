@@ -48,12 +48,6 @@ _PARAMETERS = {
 }
 
 
-def _is_cuda_value(node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.IfExp):
-        return _is_cuda_value(node.body)
-    return patterns.is_cuda_string(node)
-
-
 class CudaAutocastToXla(Rule):
     code = "XLA201"
     name = "cuda-autocast-to-xla"
@@ -140,7 +134,7 @@ class CudaAutocastToXla(Rule):
     def _device_type_is_cuda(self, node: cst.BaseExpression) -> bool | None:
         """True for a CUDA device type, False for another known one, None when it cannot be told."""
         if isinstance(node, cst.IfExp):
-            return _is_cuda_value(node)
+            return patterns.is_cuda_value(node)
         value = patterns.string_value(node)
         if value is not None:
             return value == "cuda" or value.startswith("cuda:")
@@ -176,7 +170,7 @@ class CudaAutocastToXla(Rule):
             definitions.append((target, statement.value))
         if not definitions:
             return None
-        verdicts = {_is_cuda_value(value) if not isinstance(value, cst.Name) else None for _, value in definitions}
+        verdicts = {patterns.is_cuda_value(value) if not isinstance(value, cst.Name) else None for _, value in definitions}
         if verdicts == {False} and all(patterns.string_value(v) is not None for _, v in definitions):
             return False
         if verdicts != {True}:

@@ -33,13 +33,6 @@ from xla_migrate.facts import is_cuda_device_expr
 from xla_migrate.rule import Rule
 
 
-def _is_cuda_value(node: cst.BaseExpression) -> bool:
-    """A CUDA device written as a string or a CPU-fallback conditional (not a ``torch.device`` call)."""
-    if isinstance(node, cst.IfExp):
-        return _is_cuda_value(node.body)
-    return patterns.is_cuda_string(node)
-
-
 class CudaDeviceToXla(Rule):
     code = "XLA101"
     name = "cuda-device-to-xla"
@@ -62,7 +55,7 @@ class CudaDeviceToXla(Rule):
             return
         name = patterns.dotted_name(target)
         # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
-        if name is None or "type" in name.rsplit(".", 1)[-1] or not _is_cuda_value(value):
+        if name is None or "type" in name.rsplit(".", 1)[-1] or not patterns.is_cuda_value(value):
             return
         device = self.ctx.spell("device")
         self.replace(value, cst.parse_expression(device), f"{self._short(value)} -> {device}")
@@ -80,10 +73,10 @@ class CudaDeviceToXla(Rule):
             return
         if patterns.method_call(node, "to"):
             args = patterns.positional(node)
-            if args and _is_cuda_value(args[0].value):
+            if args and patterns.is_cuda_value(args[0].value):
                 self._use_device(args[0].value)
         device_keyword = patterns.keyword(node, "device")
-        if device_keyword is not None and _is_cuda_value(device_keyword.value):
+        if device_keyword is not None and patterns.is_cuda_value(device_keyword.value):
             self._use_device(device_keyword.value)
 
     def _device_call(self, node: cst.Call) -> None:

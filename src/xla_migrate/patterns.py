@@ -30,6 +30,14 @@ def is_cuda_string(node: cst.BaseExpression) -> bool:
     return False
 
 
+def is_cuda_value(node: cst.BaseExpression) -> bool:
+    """A CUDA device written as a string or a CPU-fallback conditional (``"cuda" if ok else "cpu"``), not a
+    ``torch.device`` call."""
+    if isinstance(node, cst.IfExp):
+        return is_cuda_value(node.body)
+    return is_cuda_string(node)
+
+
 def call_name(node: cst.CSTNode) -> str | None:
     """The dotted spelling of a call's function as written (``torch.cuda.synchronize``), else None."""
     if isinstance(node, cst.Call):
