@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RULE_FILES = sorted(p.name for p in (ROOT / "transforms").glob("*.py"))
+# Paths relative to transforms/, family folders included (device/cuda_device_to_xla.py, ...).
+RULE_FILES = sorted(p.relative_to(ROOT / "transforms").as_posix() for p in (ROOT / "transforms").rglob("*.py"))
 
 
 def _pip(python: Path, *args: str, cwd: Path = ROOT) -> None:
@@ -40,7 +41,8 @@ def test_fresh_venv_install_finds_every_rule(tmp_path, editable):
     # --no-deps: the check only locates modules, so libcst and friends need not be installed there.
     _pip(python, "install", "--no-deps", *(["-e"] if editable else []), str(ROOT),
          cwd=tmp_path)
-    modules = [f"xla_migrate.transforms.{name[:-3]}" for name in RULE_FILES if name != "__init__.py"]
+    modules = [f"xla_migrate.transforms.{name[:-3].replace('/', '.')}" for name in RULE_FILES
+               if not name.endswith("__init__.py")]
     check = ("import importlib.util, sys; missing = [m for m in sys.argv[1:] "
              "if importlib.util.find_spec(m) is None]; print(missing)")
     done = subprocess.run([str(python), "-c", check, *modules], cwd=tmp_path, capture_output=True, text=True)

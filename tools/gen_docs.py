@@ -24,7 +24,7 @@ def rule_page(rule) -> str:
     title, _, body = doc.partition("\n")
     lines = [MARK, "", f"# {rule.code} {rule.name}", "", rule.summary + ".", ""]
     lines += [f"- Fix safety: {rule.fix_safety}", f"- Targets: {', '.join(rule.targets)}",
-              f"- Source: `transforms/{rule.__module__.rsplit('.', 1)[-1]}.py`", ""]
+              f"- Source: `transforms/{rule.__module__.removeprefix('xla_migrate.transforms.').replace('.', '/')}.py`", ""]
     for paragraph in _sections(body):
         lines += paragraph
     cases = sorted((FIXTURES / rule.code).glob("*.in.py"))

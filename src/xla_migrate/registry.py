@@ -1,6 +1,7 @@
-"""Finds the rules: every ``Rule`` subclass defined in a module of the ``xla_migrate.transforms`` package.
+"""Finds the rules: every ``Rule`` subclass defined in a module of the ``xla_migrate.transforms`` package
+or one of its family folders (``transforms/device/``, ``amp/``, ``loop/``, ...).
 
-Registration is automatic (drop a file in ``transforms/``); a test asserts codes and names are unique.
+Registration is automatic (drop a file in a family folder); a test asserts codes and names are unique.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ def all_rules() -> tuple[type[Rule], ...]:
     from . import transforms
 
     rules: list[type[Rule]] = []
-    for info in pkgutil.iter_modules(transforms.__path__):
-        module = importlib.import_module(f"{transforms.__name__}.{info.name}")
+    for info in pkgutil.walk_packages(transforms.__path__, prefix=f"{transforms.__name__}."):
+        module = importlib.import_module(info.name)
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Rule) and value is not Rule and value.__module__ == module.__name__:
                 rules.append(value)

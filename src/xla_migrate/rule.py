@@ -1,4 +1,4 @@
-"""The rule contract. One rule = one file under ``transforms/`` with one subclass of ``Rule``.
+"""The rule contract. One rule = one file under ``transforms/<family>/`` with one subclass of ``Rule``.
 
 A rule is a libcst ``BatchableCSTVisitor``: all rules run together in one traversal. It never mutates the
 tree; it records edits against the original nodes through the helpers below, each with a change message,

@@ -34,9 +34,9 @@ import libcst as cst
 from xla_migrate import loops, patterns
 from xla_migrate.facts import DATALOADERS, DEVICE_LOADERS
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import hf_common
-from xla_migrate.transforms.amp_common import short
-from xla_migrate.transforms.lazy_tensor_common import training_loop_of
+from xla_migrate.transforms.hf import hf_common
+from xla_migrate.transforms.common import short
+from xla_migrate.transforms.loop.lazy_tensor_common import training_loop_of
 
 DATA_DEPENDENT = ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere",
                   "torch.unique_consecutive")

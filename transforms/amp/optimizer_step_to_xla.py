@@ -37,8 +37,8 @@ import libcst as cst
 from xla_migrate import patterns
 from xla_migrate.facts import is_optimizer_param_name
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import short
-from xla_migrate.transforms.distributed_common import explicitly_reduced_step
+from xla_migrate.transforms.common import short
+from xla_migrate.transforms.distributed.distributed_common import explicitly_reduced_step
 
 
 def _named_like_optimizer(spelling: str) -> bool:

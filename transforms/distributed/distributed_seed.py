@@ -30,7 +30,7 @@ import libcst as cst
 from xla_migrate import patterns
 from xla_migrate.facts import DDP, MP_SPAWN
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.common import short
 
 SEEDS = ("torch.manual_seed", "torch.random.manual_seed", "transformers.set_seed", "transformers.trainer_utils.set_seed",
          "lightning.seed_everything", "pytorch_lightning.seed_everything", "lightning.pytorch.seed_everything",

@@ -51,7 +51,7 @@ from libcst.metadata import GlobalScope
 from xla_migrate import patterns
 from xla_migrate.facts import MP_SPAWN
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.common import short
 
 LAUNCHERS = ("torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")
 _MP_FN = "_mp_fn"

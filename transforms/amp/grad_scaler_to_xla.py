@@ -42,8 +42,8 @@ import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import imported_from, joined, parenthesized_for_attribute, short
-from xla_migrate.transforms.distributed_common import explicitly_reduced_step
+from xla_migrate.transforms.common import imported_from, joined, parenthesized_for_attribute, short
+from xla_migrate.transforms.distributed.distributed_common import explicitly_reduced_step
 
 # GradScaler(init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)
 CUDA_SCALERS = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")

@@ -45,7 +45,7 @@ def active(ctx: MigrationContext, code: str) -> bool:
 def free_imports(rule, node: cst.Call) -> None:
     """The imports a rewritten ``torch.distributed`` call may leave unused (``import torch.distributed as
     dist``, ``from torch.distributed import init_process_group``): removed at the end if nothing uses them."""
-    from xla_migrate.transforms.amp_common import imported_from
+    from xla_migrate.transforms.common import imported_from
 
     rule.import_may_be_dead("torch.distributed", None)
     rule.import_may_be_dead("torch", "distributed")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import imported_from, joined, short
+from xla_migrate.transforms.common import imported_from, joined, short
 
 # Each syncfree optimizer's keyword arguments (torch_xla.amp.syncfree, 1.13 to 2.9).
 SYNCFREE = {

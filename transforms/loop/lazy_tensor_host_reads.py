@@ -36,8 +36,8 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import lazy_tensor_common as lazy
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.loop import lazy_tensor_common as lazy
+from xla_migrate.transforms.common import short
 
 ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and read it once after the loop "
               "or every N steps, or log it through xm.add_step_closure")

@@ -34,8 +34,8 @@ import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import distributed_common as common
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.distributed import distributed_common as common
+from xla_migrate.transforms.common import short
 
 
 class DistributedRanks(Rule):

@@ -1,4 +1,4 @@
-"""Helpers the AMP and optimizer rules (XLA201-XLA204) share. Not a rule."""
+"""Helpers shared by rules of several families (short code excerpts, keyword arguments, the imports that bind a name). Not a rule."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from libcst.metadata import Assignment
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import imported_from, joined, keyword_arg, short
+from xla_migrate.transforms.common import imported_from, joined, keyword_arg, short
 
 # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)
 CUDA_AMP_AUTOCASTS = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")

@@ -31,8 +31,8 @@ import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import hf_common
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.hf import hf_common
+from xla_migrate.transforms.common import short
 
 # Collators whose ``padding`` defaults to True (pad to the longest in the batch).
 DYNAMIC_COLLATORS = {

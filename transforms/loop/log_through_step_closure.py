@@ -43,8 +43,8 @@ import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import lazy_tensor_common as lazy
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.loop import lazy_tensor_common as lazy
+from xla_migrate.transforms.common import short
 
 # Longer closures get one argument per line.
 LINE_LIMIT = 100

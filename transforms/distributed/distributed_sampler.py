@@ -41,8 +41,8 @@ import libcst as cst
 from xla_migrate import loops, patterns
 from xla_migrate.facts import DATALOADERS, DISTRIBUTED_SAMPLERS
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import distributed_common as common
-from xla_migrate.transforms.amp_common import keyword_arg, short
+from xla_migrate.transforms.distributed import distributed_common as common
+from xla_migrate.transforms.common import keyword_arg, short
 
 _EVAL_WORDS = ("val", "valid", "test", "eval", "dev")
 

@@ -39,8 +39,8 @@ import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import distributed_common as common
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.distributed import distributed_common as common
+from xla_migrate.transforms.common import short
 
 REMOVED = {
     "init_process_group": "no process group is needed: the XLA launcher starts the replicas and the gradients "

@@ -36,7 +36,7 @@ import libcst as cst
 from xla_migrate import patterns
 from xla_migrate.facts import DDP
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import imported_from, short
+from xla_migrate.transforms.common import imported_from, short
 
 SYNC_BATCHNORM = ("torch.nn.SyncBatchNorm.convert_sync_batchnorm",
                   "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm")

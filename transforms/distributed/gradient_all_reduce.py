@@ -11,7 +11,7 @@ What it does:
 
     once per optimizer the loop steps. The step then reduces nothing more: XLA204 leaves that loop's
     ``optimizer.step()`` as it is and XLA202 turns ``scaler.step(opt)`` into ``opt.step()`` where the
-    target has no GradScaler (the decision is shared: ``xla_migrate.transforms.distributed_common``).
+    target has no GradScaler (the decision is shared: ``xla_migrate.transforms.distributed.distributed_common``).
     Every other loop keeps its reduction in ``xm.optimizer_step(optimizer)`` (XLA204/XLA202). With
     gradient accumulation (the step inside ``if (i + 1) % k == 0:``) the reduction goes at the top of
     that block, before the first statement that touches the gradients, so it runs once per step rather than
@@ -46,7 +46,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import distributed_common as common
+from xla_migrate.transforms.distributed import distributed_common as common
 
 _COMMENT = "# All-reduce the gradients once, before they are read (unscale_/clip); the step does not reduce again."
 

@@ -29,7 +29,7 @@ import libcst as cst
 from xla_migrate import patterns
 from xla_migrate.facts import is_cuda_device_expr
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.common import short
 
 LOADS = ("torch.load", "torch.serialization.load")
 

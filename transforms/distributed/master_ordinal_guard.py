@@ -33,8 +33,8 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.rule import Rule
-from xla_migrate.transforms import distributed_common as common
-from xla_migrate.transforms.amp_common import short
+from xla_migrate.transforms.distributed import distributed_common as common
+from xla_migrate.transforms.common import short
 
 
 class MasterOrdinalGuard(Rule):

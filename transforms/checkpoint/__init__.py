@@ -1,0 +1,1 @@
+"""Checkpoints and I/O (XLA5xx)."""

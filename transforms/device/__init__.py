@@ -1,0 +1,1 @@
+"""Device and torch.cuda APIs (XLA1xx): the target device, CUDA-only calls, CUDA gates."""
