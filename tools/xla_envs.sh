@@ -19,6 +19,11 @@ make_env() {
   local key
   key=$(echo "$pins" | tr ' =' '-_' )
   local dir="$cache_root/$key"
+  mkdir -p "$cache_root"
+  # One creator at a time: a second run (another clone's CI, a parallel test session) waits for the first
+  # instead of deleting the environment it is installing.
+  exec {lock}>"$dir.lock"
+  flock "$lock"
   # The marker is written last, so an interrupted install is redone instead of trusted.
   if [[ ! -f "$dir/.complete" ]]; then
     echo "creating $name environment in $dir ($pins)" >&2
@@ -29,6 +34,7 @@ make_env() {
     "$dir/bin/python" -c "import torch, torch_xla" >&2
     touch "$dir/.complete"
   fi
+  exec {lock}>&-
   echo "$name $dir/bin/python"
 }
 
