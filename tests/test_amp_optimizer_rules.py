@@ -23,7 +23,8 @@ def test_get_scale_is_a_finding_with_its_line_on_2_9():
     result = migrate(AMP_LOOP, target="2.9", select=["XLA202"])
     assert [(f.code, f.line) for f in result.findings] == [("XLA202", 12)]
     assert "scaler.get_scale()" in result.findings[0].message
-    assert "GradScaler" not in result.code
+    # The scaler is still read after the step: removing it would be a NameError, so it stays, disabled.
+    assert 'scaler = torch.amp.GradScaler("xla", enabled=False)' in result.code
     assert "loss.backward()" in result.code and "xm.optimizer_step(optimizer)" in result.code
 
 
@@ -37,7 +38,8 @@ def test_sagemaker_keeps_the_loop_and_reports_nothing():
 def test_seeds_output_migrated_to_2_9_loses_the_torch_xla_scaler():
     seeds = migrate(AMP_LOOP, target="sagemaker", select=["XLA2"]).code
     current = migrate(seeds, target="2.9", select=["XLA2"])
-    assert "GradScaler" not in current.code
+    assert "xla_amp.GradScaler" not in current.code
+    assert 'scaler = torch.amp.GradScaler("xla", enabled=False)' in current.code  # get_scale() still reads it
     assert "xm.optimizer_step(optimizer)" in current.code
 
 
@@ -71,10 +73,17 @@ def test_scaled_loss_expression_gets_parentheses():
     assert "    (loss / 4).backward()\n" in result.code
 
 
-def test_scaler_used_elsewhere_stays_reported_not_rewritten():
+def test_scaler_used_elsewhere_stays_disabled_and_reported():
     source = "import torch\nscaler = torch.cuda.amp.GradScaler()\nif scaler.is_enabled(): print('amp')\n"
     result = migrate(source, target="2.9", select=["XLA202"])
     assert [(f.line, f.code) for f in result.findings] == [(3, "XLA202")]
+    assert result.code.startswith('import torch\nscaler = torch.amp.GradScaler("xla", enabled=False)\n')
+
+
+def test_scaler_read_nowhere_else_is_removed():
+    source = "import torch\nscaler = torch.cuda.amp.GradScaler()\nscaler.scale(loss).backward()\nscaler.step(opt)\n"
+    result = migrate(source, target="2.9", select=["XLA202"])
+    assert "GradScaler" not in result.code and result.findings == []
 
 
 def test_syncfree_needs_amp():

@@ -136,3 +136,28 @@ def test_imports_added_once_in_place_and_dead_ones_removed():
 def test_existing_alias_is_reused():
     out = run("import torch_xla.core.xla_model as xla\nGradScaler\n", UsesXm)
     assert out.code == "import torch_xla.core.xla_model as xla\nxla.xla_device()\n"
+
+
+def test_written_targets_are_never_replaced():
+    """Reads are rewritten, writes are not: the rule contract skips a replacement of a written target."""
+    import libcst as cst
+
+    from xla_migrate.context import MigrationContext
+    from xla_migrate.targets import get_target
+
+    code = ("os.environ['A'] = 1\na, os.environ['B'] = 1, 2\ndel os.environ['C']\nos.environ['D'] += 'x'\n"
+            "for os.environ['E'] in v: pass\nwith f() as os.environ['F']: pass\n"
+            "x[os.environ['G']] = os.environ['H']\nos.environ['I'].y = 1\n")
+    module = cst.parse_module(code)
+    ctx = MigrationContext(cst.MetadataWrapper(module, unsafe_skip_copy=True), get_target("2.9"))
+    subscripts = {}
+
+    class Collect(cst.CSTVisitor):
+        def visit_Subscript(self, node):
+            key = node.slice[0].slice.value
+            if isinstance(key, cst.SimpleString):
+                subscripts[key.evaluated_value] = node
+
+    module.visit(Collect())
+    written = sorted(k for k, node in subscripts.items() if ctx.is_write_target(node))
+    assert written == ["A", "B", "C", "D", "E", "F"]

@@ -8,20 +8,26 @@ a finding so a person applies it by hand. Nothing is dropped silently.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import libcst as cst
 
 from .context import Edits, FixedReplacement, MigrationContext
 from .patterns import leading_blank_lines, merge_carried_lines
-from .records import Change, Finding
+from .records import Change
 
 _BLOCKS = (cst.Module, cst.IndentedBlock)
 
 
 class EditApplier(cst.CSTTransformer):
-    def __init__(self, ctx: MigrationContext) -> None:
+    def __init__(self, ctx: MigrationContext, edits: Edits) -> None:
         super().__init__()
         self.ctx = ctx
-        self.edits: Edits = ctx.edits
+        self.edits = edits
+        # Statements removed: the recorded ones, plus lines all of whose statements are removed (found while
+        # applying; kept here so the edit log itself is never changed and can be applied again).
+        self.removed: set[cst.CSTNode] = set(edits.remove)
+        self.overlaps: list[tuple[Change, Change | None]] = []
         # One flag per open node: did anything below it change?
         self._changed_below: list[bool] = [False]
         # Only subtrees that hold an edit are walked: on a large script with few edits that is most of it.
@@ -56,10 +62,10 @@ class EditApplier(cst.CSTTransformer):
                 result = factory(updated)
                 changed = True
         if isinstance(original, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and any(
-                o in self.edits.remove for o in original.body):
-            kept = [s for o, s in zip(original.body, result.body) if o not in self.edits.remove]
+                o in self.removed for o in original.body):
+            kept = [s for o, s in zip(original.body, result.body) if o not in self.removed]
             if not kept and isinstance(original, cst.SimpleStatementLine):
-                self.edits.remove.add(original)
+                self.removed.add(original)
             elif len(kept) != len(result.body):
                 # A one-line suite (``if x: y()``) that loses every statement keeps a ``pass``; the last
                 # statement kept loses the semicolon that separated it from a removed one.
@@ -77,7 +83,7 @@ class EditApplier(cst.CSTTransformer):
         carried: list[cst.EmptyLine] = []
         changed = False
         for old, new in zip(original.body, updated.body):
-            inserted_before = [s for group in self.edits.before.get(old, ()) for s in group]
+            inserted_before = [s for _, group in self.edits.before.get(old, ()) for s in group]
             if inserted_before:
                 # Blank lines that separated the statement from what precedes it now separate the
                 # inserted code; comments stay with the statement they describe.
@@ -89,7 +95,7 @@ class EditApplier(cst.CSTTransformer):
                     new = new.with_changes(leading_lines=new.leading_lines[len(blanks):])
                 body.extend(inserted_before)
                 changed = True
-            if old in self.edits.remove:
+            if old in self.removed:
                 carried.extend(new.leading_lines)
                 changed = True
             else:
@@ -97,7 +103,7 @@ class EditApplier(cst.CSTTransformer):
                     new = new.with_changes(leading_lines=[*merge_carried_lines(carried, new), *new.leading_lines])
                     carried = []
                 body.append(new)
-            for inserted in self.edits.after.get(old, ()):
+            for _, inserted in self.edits.after.get(old, ()):
                 body.extend(inserted)
                 changed = True
         if not changed:
@@ -113,17 +119,28 @@ class EditApplier(cst.CSTTransformer):
         return result, True
 
     def _overlap(self, change: Change, winner: Change | None) -> None:
-        if change in self.ctx.changes:
-            self.ctx.changes.remove(change)
-        other = f" by {winner.code}" if winner is not None else " inside it"
-        self.ctx.findings.append(Finding(
-            change.line, change.column, change.code,
-            f"not applied: overlaps another edit{other}: {change.message}",
-            "apply this change by hand",
-        ))
+        self.overlaps.append((change, winner))
 
 
-def apply_edits(ctx: MigrationContext) -> cst.Module:
-    if not ctx.edits:
-        return ctx.module
-    return ctx.module.visit(EditApplier(ctx))
+@dataclass
+class Applied:
+    module: cst.Module
+    # (change not applied, the change that won over it or None for "a fixed replacement over an edit inside")
+    overlaps: list[tuple[Change, Change | None]] = field(default_factory=list)
+
+    def report_overlaps(self, ctx: MigrationContext) -> None:
+        """Each overlapping edit becomes a finding instead of a change: nothing is dropped silently."""
+        for change, winner in self.overlaps:
+            other = f" by {winner.code}" if winner is not None else " inside it"
+            ctx.withdraw(change, f"not applied: overlaps another edit{other}: {change.message}",
+                         "apply this change by hand")
+
+
+def apply_edits(ctx: MigrationContext, edits: Edits | None = None) -> Applied:
+    """The module with ``edits`` (by default every recorded edit) applied. The edit log is not changed, so
+    the output gate can apply a subset of it again."""
+    edits = ctx.edits if edits is None else edits
+    if not edits:
+        return Applied(ctx.module)
+    applier = EditApplier(ctx, edits)
+    return Applied(ctx.module.visit(applier), applier.overlaps)

@@ -37,16 +37,42 @@ class FixedReplacement:
 @dataclass
 class Edits:
     """Edits keyed by original nodes. Each entry keeps the change record it was reported with, so an edit
-    that cannot be applied (an overlap) can be taken back out of the report and turned into a finding."""
+    that cannot be applied (an overlap) or that the output gate rejects can be taken back out of the report
+    and turned into a finding."""
 
     # node -> [(change, factory(updated_node) -> new node)]
     replace: dict[cst.CSTNode, list[tuple[Change, NodeFactory]]] = field(default_factory=dict)
-    before: dict[cst.CSTNode, list[list[cst.BaseStatement]]] = field(default_factory=dict)
-    after: dict[cst.CSTNode, list[list[cst.BaseStatement]]] = field(default_factory=dict)
-    remove: set[cst.CSTNode] = field(default_factory=set)
+    # statement -> [(change, statements inserted before / after it)]
+    before: dict[cst.CSTNode, list[tuple[Change, list[cst.BaseStatement]]]] = field(default_factory=dict)
+    after: dict[cst.CSTNode, list[tuple[Change, list[cst.BaseStatement]]]] = field(default_factory=dict)
+    # statement -> the change that removes it
+    remove: dict[cst.CSTNode, Change] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.replace or self.before or self.after or self.remove)
+
+    def records(self) -> list[tuple[str, Change]]:
+        """Every edit's change record with its kind (insert, replace, remove), each record once."""
+        seen: set[int] = set()
+        out: list[tuple[str, Change]] = []
+        for kind, changes in (
+            ("insert", (c for table in (self.before, self.after) for entries in table.values() for c, _ in entries)),
+            ("replace", (c for entries in self.replace.values() for c, _ in entries)),
+            ("remove", self.remove.values()),
+        ):
+            for change in changes:
+                if id(change) not in seen:
+                    seen.add(id(change))
+                    out.append((kind, change))
+        return out
+
+    def keeping(self, kept: set[int]) -> Edits:
+        """Only the edits whose change record (by identity) is in ``kept``."""
+        def entries(table):
+            out = {node: [e for e in items if id(e[0]) in kept] for node, items in table.items()}
+            return {node: items for node, items in out.items() if items}
+        return Edits(replace=entries(self.replace), before=entries(self.before), after=entries(self.after),
+                     remove={node: c for node, c in self.remove.items() if id(c) in kept})
 
 
 class MigrationContext:
@@ -104,6 +130,18 @@ class MigrationContext:
                 return None
             current = parent
         return None
+
+    def is_write_target(self, node: cst.CSTNode) -> bool:
+        """``node`` is written, not read: an assignment, augmented-assignment, annotated, ``del``, ``for``,
+        ``with ... as``, ``except ... as`` or walrus target, or an element of one (``a, b = ...``). The index of
+        a subscript target and the object of an attribute target are reads (``x[i] = 1`` reads ``i``)."""
+        current, parent = node, self.parent(node)
+        while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+            current, parent = parent, self.parent(parent)
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.Del, cst.For, cst.CompFor,
+                               cst.NamedExpr)):
+            return parent.target is current
+        return isinstance(parent, cst.AsName) and parent.name is current
 
     def sole_if_around(self, statement: cst.BaseSmallStatement) -> cst.If | None:
         """The ``if`` (no ``else``, in a block or the module) whose whole body is this one statement, as in
@@ -196,8 +234,8 @@ class MigrationContext:
         statement = self.statement(f"{name} = {self.spell('device')}")
         where, anchor_statement = anchor
         target_list = self.edits.after if where == "after" else self.edits.before
-        target_list.setdefault(anchor_statement, []).append([statement])
-        self.record_change(code, anchor_statement, f"bound the XLA device once: {name} = {self.spell('device')}")
+        change = self.record_change(code, anchor_statement, f"bound the XLA device once: {name} = {self.spell('device')}")
+        target_list.setdefault(anchor_statement, []).append((change, [statement]))
         return name
 
     def _usable(self, name: str, scope: Scope, own_scope: Scope | None, node: cst.CSTNode) -> bool:
@@ -247,6 +285,12 @@ class MigrationContext:
         change = Change(line, column, code, message)
         self.changes.append(change)
         return change
+
+    def withdraw(self, change: Change, message: str, fix: str, code: str | None = None) -> None:
+        """Take an edit's change record back out of the report (it was not applied) and report instead
+        what a person has to do."""
+        self.changes = [c for c in self.changes if c is not change]
+        self.findings.append(Finding(change.line, change.column, code or change.code, message, fix))
 
     def record_finding(self, code: str, node: cst.CSTNode, message: str, fix: str = "") -> None:
         line, column = self.position(node)

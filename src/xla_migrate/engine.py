@@ -1,7 +1,7 @@
 """The pipeline: one parse, one metadata resolution, one facts pass, one batched traversal of all rules,
-one apply, imports fixed once, then render. See DESIGN.md section 3.
+one apply, imports fixed once, the output gate, then render. See DESIGN.md section 3.
 
-    bytes -> parse -> MetadataWrapper -> facts -> rules (visit_batched) -> apply -> imports -> bytes
+    bytes -> parse -> MetadataWrapper -> facts -> rules (visit_batched) -> apply -> imports -> gate -> bytes
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .apply import apply_edits
+from . import gate
+from .apply import Applied, apply_edits
 from .context import MigrationContext
 from .imports import add_imports, remove_dead_imports
 from .records import Change, Finding, InputError
@@ -132,15 +133,64 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     ctx = MigrationContext(wrapper, target, distributed=distributed)
     if rules:
         module.visit(_BatchedRules([rule(ctx) for rule in rules]))
-    new_module = apply_edits(ctx)
-    if new_module is not module:
-        new_module = remove_dead_imports(new_module, ctx.maybe_dead_imports)
-        new_module = add_imports(new_module, ctx.imports)
+    applied = _applied(ctx, apply_edits(ctx))
+    if applied.module is not module:
+        output_gate = gate.OutputGate(module.code)
+        problem = output_gate.problem(applied.module.code)
+        if problem is not None:
+            applied = _withdraw_until_clean(ctx, output_gate)
+    applied.report_overlaps(ctx)
     return PipelineOutput(
-        code=new_module.code,
-        output_bytes=new_module.bytes,
-        encoding=new_module.encoding,
+        code=applied.module.code,
+        output_bytes=applied.module.bytes,
+        encoding=applied.module.encoding,
         changes=sorted(ctx.changes),
         findings=sorted(ctx.findings),
         concepts=ctx.concepts,
     )
+
+
+def _applied(ctx: MigrationContext, applied: Applied) -> Applied:
+    """The applied edits with the imports fixed: dead ones removed, the ones the output needs added."""
+    if applied.module is not ctx.module:
+        new_module = remove_dead_imports(applied.module, ctx.maybe_dead_imports)
+        applied.module = add_imports(new_module, ctx.imports)
+    return applied
+
+
+def _withdraw_until_clean(ctx: MigrationContext, output_gate: gate.OutputGate) -> Applied:
+    """Withdraw the edits that make the output fail the gate, keep the rest; each withdrawn edit becomes a
+    finding that says what it would have produced.
+
+    The culprits are found one at a time by bisection over the change records (insertions first, since
+    they bind names later edits read; removals last, since they unbind names), invariant: the kept edits
+    pass the gate. Each culprit costs about log2(edits) applications; a clean file costs none."""
+    order = {"insert": 0, "replace": 1, "remove": 2}
+    pending = [change for kind, change in sorted(ctx.edits.records(), key=lambda r: (order[r[0]], r[1]))]
+    kept: list = []
+
+    def probe(changes: list) -> tuple[Applied, str | None]:
+        applied = _applied(ctx, apply_edits(ctx, ctx.edits.keeping({id(c) for c in changes})))
+        if applied.module is ctx.module:
+            return applied, None
+        return applied, output_gate.problem(applied.module.code)
+
+    applied, problem = probe(pending)
+    while problem is not None:
+        low, high = 1, len(pending)  # the smallest prefix of `pending` that, with `kept`, fails
+        culprit_problem = problem
+        while low < high:
+            middle = (low + high) // 2
+            _, middle_problem = probe(kept + pending[:middle])
+            if middle_problem is None:
+                low = middle + 1
+            else:
+                high, culprit_problem = middle, middle_problem
+        culprit = pending[low - 1]
+        kept += pending[:low - 1]
+        pending = pending[low:]
+        ctx.withdraw(culprit, f"rewrite withdrawn ({culprit.code}: {culprit.message}): it would have produced "
+                     f"{culprit_problem}",
+                     "make this change by hand (the output gate found it breaks the script)", code=gate.CODE)
+        applied, problem = probe(kept + pending)
+    return applied

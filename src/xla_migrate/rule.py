@@ -35,23 +35,27 @@ class Rule(BatchableCSTVisitor):
     def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode],
                 message: str) -> None:
         """Replace ``node``. Pass a function of the updated node to keep edits other rules make inside it;
-        a fixed node over a subtree another rule also edited is reported as an overlap, not applied."""
+        a fixed node over a subtree another rule also edited is reported as an overlap, not applied.
+
+        A written target is never replaced: rules rewrite reads (``os.environ["RANK"]`` -> the ordinal),
+        and ``os.environ["LOCAL_RANK"] = ...`` must stay a write, not become ``xr.local_ordinal() = ...``."""
+        if self.ctx.is_write_target(node):
+            return
         factory = new if callable(new) else FixedReplacement(new)
         change = self.ctx.record_change(self.code, node, message)
         self.ctx.edits.replace.setdefault(node, []).append((change, factory))
 
     def insert_before(self, statement: Statement, new: list[cst.BaseStatement], message: str) -> None:
-        self.ctx.edits.before.setdefault(statement, []).append(new)
-        self.ctx.record_change(self.code, statement, message)
+        change = self.ctx.record_change(self.code, statement, message)
+        self.ctx.edits.before.setdefault(statement, []).append((change, new))
 
     def insert_after(self, statement: Statement, new: list[cst.BaseStatement], message: str) -> None:
-        self.ctx.edits.after.setdefault(statement, []).append(new)
-        self.ctx.record_change(self.code, statement, message)
+        change = self.ctx.record_change(self.code, statement, message)
+        self.ctx.edits.after.setdefault(statement, []).append((change, new))
 
     def remove(self, node: Statement | cst.BaseSmallStatement, message: str) -> None:
         """Remove a statement; its leading comments and blank lines move to the next statement."""
-        self.ctx.edits.remove.add(node)
-        self.ctx.record_change(self.code, node, message)
+        self.ctx.edits.remove.setdefault(node, self.ctx.record_change(self.code, node, message))
 
     def finding(self, node: cst.CSTNode, message: str, fix: str = "") -> None:
         self.ctx.record_finding(self.code, node, message, fix)

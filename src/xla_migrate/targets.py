@@ -118,6 +118,8 @@ _CURRENT = {
     "local_ordinal": Spelling("{xr}.local_ordinal()", since=(2, 1)),
     "launch": Spelling("{torch_xla}.launch({0}, args=({1}))", since=(2, 5)),
     "autocast": Spelling('{torch}.autocast("xla", dtype={torch}.bfloat16)', since=(2, 1)),
+    # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state).
+    "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("xla", enabled=False)', since=(2, 3)),
 }
 del _CURRENT["grad_scaler"]
 

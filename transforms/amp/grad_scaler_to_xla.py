@@ -9,9 +9,10 @@ What it does:
     (a ``torch_xla.amp.GradScaler`` too) and its uses are rewritten: ``scaler.scale(loss)`` -> ``loss``,
     ``scaler.unscale_(opt)`` and ``scaler.update()`` removed, ``scaler.step(opt)`` -> the target's optimizer
     step (``xm.optimizer_step(opt)``; ``opt.step()`` in a distributed loop whose gradients XLA406 already
-    all-reduced). Anything else that touches the scaler (``state_dict()`` in a
-    checkpoint, ``load_state_dict``, ``get_scale()``, ``is_enabled()``, passing it on) is reported with its
-    line: the name no longer exists.
+    all-reduced). When anything else still touches the scaler (``state_dict()`` in a checkpoint,
+    ``load_state_dict``, ``get_scale()``, ``is_enabled()``, passing it on), the assignment stays, as a
+    scaler that scales nothing (``torch.amp.GradScaler("xla", enabled=False)``), so those uses keep
+    working, and each is reported with its line.
 
 Why:
     ``torch.cuda.amp.GradScaler`` keeps its found-inf check and scale on the CUDA device; on XLA it would
@@ -65,6 +66,8 @@ class GradScalerToXla(Rule):
         self._uses: list[tuple[str, cst.Call, str]] = []  # (spelling, call, method)
         self._handled: set[cst.CSTNode] = set()
         self._references: list[tuple[str, cst.CSTNode]] = []
+        # Targets without a scaler: (spelling, assignment, construction, imports it may leave dead).
+        self._constructions: list[tuple[str, cst.CSTNode, cst.Call, list]] = []
 
     # Constructions -----------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -114,8 +117,8 @@ class GradScalerToXla(Rule):
                 return
             self._removed.add(spelling)
             self._handled.add(target)
-            self.remove(parent, f"removed {spelling} = {short(node)}: the {self.ctx.target.name} target has no "
-                                "GradScaler (bfloat16 autocast needs no loss scaling)")
+            self._constructions.append((spelling, parent, node, dead))
+            return
         for module, name in dead:
             self.import_may_be_dead(module, name)
 
@@ -148,8 +151,20 @@ class GradScalerToXla(Rule):
         for spelling, node, method in self._uses:
             if spelling in self._removed and self._rewrite_use(node, method):
                 self._handled.add(node.func.value)
+        still_read = {spelling for spelling, node in self._references
+                      if spelling in self._removed and node not in self._handled}
+        for spelling, assignment, construction, dead in self._constructions:
+            if spelling in still_read:
+                disabled = self.ctx.spell_expression("disabled_grad_scaler")
+                self.replace(construction, disabled, f"{short(construction)} -> {short(disabled, 80)}: the "
+                             f"{self.ctx.target.name} target needs no loss scaling, and {spelling} is still read")
+            else:
+                self.remove(assignment, f"removed {spelling} = {short(construction)}: the {self.ctx.target.name} "
+                                        "target has no GradScaler (bfloat16 autocast needs no loss scaling)")
+            for module, name in dead:
+                self.import_may_be_dead(module, name)
         for spelling, node in self._references:
-            if spelling in self._removed and node not in self._handled:
+            if spelling in still_read and node not in self._handled:
                 self._report(node)
 
     def _rewrite_use(self, node: cst.Call, method: str) -> bool:
@@ -210,6 +225,7 @@ class GradScalerToXla(Rule):
         shown = parent if isinstance(parent, cst.Attribute) and isinstance(self.ctx.parent(parent), cst.Call) else node
         if shown is not node:
             shown = self.ctx.parent(shown)
-        self.finding(node, f"{short(shown)}: the GradScaler is removed on the {self.ctx.target.name} target",
+        self.finding(node, f"{short(shown)}: the GradScaler scales nothing on the {self.ctx.target.name} target "
+                           "(kept disabled so this still runs)",
                      "remove this use (a checkpoint's scaler state is not needed); for float16 on torch_xla 2.9 "
-                     "keep a torch.amp.GradScaler('xla') instead")
+                     "enable the torch.amp.GradScaler('xla') and scale the loss again")
