@@ -258,7 +258,8 @@ def test_the_suite_is_realistic_enough():
 @pytest.mark.parametrize("path, target", PARAMS)
 def test_migrates_compiles_and_is_idempotent(path, target):
     result = _migrate(path, target)
-    assert result.changed, "a realistic CUDA script that nothing changed"
+    if not path.stem.startswith("xla_"):  # scripts already on XLA: see test_code_already_on_xla_is_left_alone
+        assert result.changed, "a realistic CUDA script that nothing changed"
     compile(result.output_bytes, path.name, "exec", dont_inherit=True)
     again = migrate(result.output_bytes, target=target, path=path.name)
     assert again.error is None, again.error
@@ -322,3 +323,24 @@ def test_the_loss_check_catches_an_unrecorded_edit():
     assert unexplained_losses(result) == ["input line 4 replaced without a change record: 'x = 1  # keep\\n'"]
     result.output_bytes = result.output_bytes.replace(b"\n", b"\r\n", 1)
     assert layout_problems(result) == ["line endings ['\\n'] became ['\\n', '\\r\\n']"]
+
+
+# Scripts that already run on torch_xla ------------------------------------------------------------------------
+ALREADY_XLA = [p for p in SCRIPTS if p.stem.startswith("xla_")]
+
+
+def test_the_suite_has_scripts_already_on_xla():
+    assert len(ALREADY_XLA) >= 3
+
+
+@pytest.mark.parametrize("path, target", [pytest.param(p, t, id=f"{p.stem}[{t}]") for p in ALREADY_XLA for t in TARGETS])
+def test_code_already_on_xla_is_left_alone(path, target):
+    """No second device loader, no DDP removal on the xla backend, no step swap, no API downgrade: only CUDA
+    remnants change (every line the output drops or rewrites mentions CUDA)."""
+    result = _migrate(path, target)
+    before, after = source_lines(result.source), source_lines(result.code)
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    touched = [line for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal" for line in before[i1:i2]]
+    added = [line for tag, _, _, j1, j2 in matcher.get_opcodes() if tag in ("insert", "replace") for line in after[j1:j2]]
+    assert [line for line in touched if "cud" not in line.lower() and line.strip()] == []  # cuda, cudnn
+    assert not [line for line in added if "MpDeviceLoader" in line or "optimizer_step" in line or "_mp_fn" in line]

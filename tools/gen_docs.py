@@ -23,7 +23,9 @@ def rule_page(rule) -> str:
     doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
     title, _, body = doc.partition("\n")
     lines = [MARK, "", f"# {rule.code} {rule.name}", "", rule.summary + ".", ""]
+    on_xla = "yes (it migrates CUDA remnants or only reports)" if rule.on_xla_code else "no (left as it is)"
     lines += [f"- Fix safety: {rule.fix_safety}", f"- Targets: {', '.join(rule.targets)}",
+              f"- On code that already runs on torch_xla: {on_xla}",
               f"- Source: `transforms/{rule.__module__.removeprefix('xla_migrate.transforms.').replace('.', '/')}.py`", ""]
     for paragraph in _sections(body):
         lines += paragraph
@@ -44,8 +46,11 @@ def rule_page(rule) -> str:
             else:
                 result = migrate(first.read_bytes(), target=target, select=[rule.code], path=first.name)
                 report = [f"{first.name}:{f.line}:{f.column}: {f.code} {f.message}" for f in result.findings]
-                lines += [f"`{name}` with `--target {target}` leaves the code as it is and reports:", "",
-                          "```text", *report, "```", ""]
+                if report:
+                    lines += [f"`{name}` with `--target {target}` leaves the code as it is and reports:", "",
+                              "```text", *report, "```", ""]
+                else:
+                    lines += [f"`{name}` with `--target {target}` leaves the code as it is and reports nothing.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -131,6 +131,8 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     """``distributed``: True/False force the distributed or single-device migration; None detects it."""
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
     ctx = MigrationContext(wrapper, target, distributed=distributed)
+    if ctx.facts.runs_on_xla:
+        rules = [rule for rule in rules if rule.on_xla_code]
     if rules:
         module.visit(_BatchedRules([rule(ctx) for rule in rules]))
     applied = _applied(ctx, apply_edits(ctx))

@@ -115,10 +115,19 @@ class Facts:
     distributed_signals: list[cst.CSTNode] = field(default_factory=list)
     # Spellings bound to a DistributedDataParallel wrapper (``model = DDP(model, ...)``).
     ddp_models: set[str] = field(default_factory=set)
+    # Calls that show the code already runs on XLA: into torch_xla (its device, loaders, step barrier,
+    # optimizer step, launcher, runtime), an ``xla`` process group or ``xla://``, ``torch.device("xla")``.
+    xla_signals: list[cst.CSTNode] = field(default_factory=list)
 
     @property
     def distributed(self) -> bool:
         return bool(self.distributed_signals)
+
+    @property
+    def runs_on_xla(self) -> bool:
+        """The script already runs on torch_xla: it is not migrated a second time, only its CUDA remnants
+        are (the rules marked ``on_xla_code``)."""
+        return bool(self.xla_signals)
     # The script builds an ``accelerate.Accelerator``: Accelerate owns its device placement, loaders, optimizer
     # steps and launch, so the device rules (XLA101, XLA301, XLA302, XLA204) leave them alone (XLA605 says so).
     uses_accelerate: bool = False
@@ -127,6 +136,14 @@ class Facts:
     def is_hf_script(self) -> bool:
         """The script imports a Hugging Face training library (transformers, trl, accelerate)."""
         return any(module.split(".")[0] in HF_LIBRARIES for module in self.module_aliases)
+
+
+def _runs_on_xla(node: cst.Call, names: set[str]) -> bool:
+    if any(name == "torch_xla" or name.startswith("torch_xla.") for name in names):
+        return True
+    if names & {"torch.distributed.init_process_group", "torch.device"}:
+        return any(patterns.string_value(arg.value) in ("xla", "xla://") for arg in node.args)
+    return False
 
 
 class FactsCollector(cst.CSTVisitor):
@@ -229,6 +246,8 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.uses_accelerate = True
         if names & set(DISTRIBUTED_CALLS) or environment_variable(node, self._qualnames) in TORCHRUN_VARIABLES:
             self.facts.distributed_signals.append(node)
+        if _runs_on_xla(node, names):
+            self.facts.xla_signals.append(node)
         if patterns.method_call(node, "backward"):
             function_loop_depth = self._functions[-1][1] if self._functions else 0
             if len(self._loops) > function_loop_depth:

@@ -26,6 +26,9 @@ class Rule(BatchableCSTVisitor):
     # "review": the rewrite can change behaviour in ways a person should look at (ruff's fix safety).
     fix_safety: ClassVar[FixSafety] = "safe"
     targets: ClassVar[tuple[str, ...]] = ALL_TARGETS
+    # Runs on scripts that already run on torch_xla too (``facts.runs_on_xla``): rules that migrate CUDA
+    # remnants (``.cuda()``, ``torch.cuda.*``) or only report. The others never migrate XLA code again.
+    on_xla_code: ClassVar[bool] = False
 
     def __init__(self, ctx: MigrationContext) -> None:
         super().__init__()

@@ -51,6 +51,8 @@ class Target:
     spellings: dict[str, Spelling]
     # The releases the output is proven on by the proof tier.
     verified_on: tuple[str, ...]
+    # The torch_xla API generation it emits: an API exists there when since <= generation < removed_in.
+    generation: Version = (1, 13)
     # Facts a rule may need that are not a single spelling.
     has_grad_scaler: bool = True
     autocast_dtype: str | None = None
@@ -73,6 +75,20 @@ def runs_on(target: Target, concepts: set[str]) -> tuple[Version, Version | None
         if spelling.removed_in is not None:
             high = spelling.removed_in if high is None else min(high, spelling.removed_in)
     return low, high
+
+
+def api_releases() -> dict[str, tuple[str, Spelling]]:
+    """Qualified name of each torch_xla API a target spells (``torch_xla.runtime.world_size``) -> (concept,
+    its spelling with the releases it exists in), over every target: what XLA904 checks scripts against."""
+    table: dict[str, tuple[str, Spelling]] = {}
+    for target in TARGETS.values():
+        for concept, spelling in target.spellings.items():
+            placeholder, _, rest = spelling.template.partition("}.")
+            module = MODULE_PLACEHOLDERS.get(placeholder.lstrip("{"), ("", ""))[0]
+            attribute = rest.split("(")[0]
+            if module.startswith("torch_xla") and attribute.replace(".", "").replace("_", "").isalnum():
+                table.setdefault(f"{module}.{attribute}", (concept, spelling))
+    return table
 
 
 def describe_releases(low: Version, high: Version | None) -> str:
@@ -136,6 +152,7 @@ TARGETS: dict[str, Target] = {
         description="current torch_xla (2.9): torch_xla.device(), torch_xla.sync(), torch_xla.runtime, bf16 AMP",
         spellings=_CURRENT,
         verified_on=("2.9.0",),
+        generation=(2, 9),
         has_grad_scaler=False,
         autocast_dtype="bfloat16",
     ),

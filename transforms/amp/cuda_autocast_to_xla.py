@@ -53,6 +53,7 @@ class CudaAutocastToXla(Rule):
     name = "cuda-autocast-to-xla"
     summary = "CUDA autocast (torch.cuda.amp.autocast, torch.autocast('cuda')) -> the target's XLA autocast"
     fix_safety = "review"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -6,7 +6,7 @@ What it does:
     module aliases to ``torch_xla.amp.GradScaler(...)`` with the same arguments (the device argument dropped);
     the loop's ``scaler.scale(loss).backward()``, ``unscale_``, ``step`` and ``update`` stay as they are.
     Where it has none (``2.9``: bfloat16 autocast needs no loss scaling), the scaler assignment is removed
-    (a ``torch_xla.amp.GradScaler`` too) and its uses are rewritten: ``scaler.scale(loss)`` -> ``loss``,
+    and its uses are rewritten: ``scaler.scale(loss)`` -> ``loss``,
     ``scaler.unscale_(opt)`` and ``scaler.update()`` removed, ``scaler.step(opt)`` -> the target's optimizer
     step (``xm.optimizer_step(opt)``; ``opt.step()`` in a distributed loop whose gradients XLA406 already
     all-reduced). When anything else still touches the scaler (``state_dict()`` in a checkpoint,
@@ -50,7 +50,6 @@ from xla_migrate.transforms.distributed.distributed_common import explicitly_red
 CUDA_SCALERS = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 # GradScaler(device="cuda", init_scale=..., ...)
 DEVICE_SCALERS = ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler")
-XLA_SCALERS = ("torch_xla.amp.GradScaler", "torch_xla.amp.grad_scaler.GradScaler")
 
 
 class GradScalerToXla(Rule):
@@ -58,6 +57,7 @@ class GradScalerToXla(Rule):
     name = "grad-scaler-to-xla"
     summary = "torch.cuda.amp.GradScaler -> torch_xla.amp.GradScaler; removed with its uses where the target has none"
     fix_safety = "review"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -78,8 +78,6 @@ class GradScalerToXla(Rule):
             index = self._device_index(node)
             if index is not False:
                 self._construction(node, sorted(names & set(DEVICE_SCALERS))[0], device_index=index)
-        elif names & set(XLA_SCALERS) and not self.ctx.target.has_grad_scaler:
-            self._construction(node, sorted(names & set(XLA_SCALERS))[0], device_index=None)
         elif not self.ctx.target.has_grad_scaler:
             self._use(node)
 

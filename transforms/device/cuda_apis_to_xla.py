@@ -65,6 +65,7 @@ class CudaApisToXla(Rule):
     name = "cuda-apis-to-xla"
     summary = ("torch.cuda.synchronize/manual_seed/get_device_name -> XLA forms; set_device, empty_cache, "
                "cudnn and TF32 flags removed")
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
     fix_safety = "review"
 
     def __init__(self, ctx) -> None:

@@ -37,6 +37,7 @@ class CudaDeviceToXla(Rule):
     code = "XLA101"
     name = "cuda-device-to-xla"
     summary = "CUDA devices (torch.device('cuda'), .cuda(), .to('cuda'), device='cuda') -> the XLA device"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def _short(self, node: cst.CSTNode) -> str:
         text = " ".join(patterns.code_of(node).split())

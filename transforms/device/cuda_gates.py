@@ -67,6 +67,7 @@ class CudaGates(Rule):
     name = "cuda-gates"
     summary = ("torch.cuda.is_available() and device == 'cuda' tests -> their value on the accelerator "
                "(True), so the migrated script keeps its accelerator path")
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
     fix_safety = "review"
 
     def __init__(self, ctx) -> None:

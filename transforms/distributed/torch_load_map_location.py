@@ -38,6 +38,7 @@ class TorchLoadMapLocation(Rule):
     code = "XLA409"
     name = "torch-load-map-location"
     summary = "torch.load(..., map_location='cuda:N' / f'cuda:{rank}') -> map_location='cpu'"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.is_call_to(node, *LOADS):

@@ -50,6 +50,7 @@ class ApexUsage(Rule):
     code = "XLA902"
     name = "apex-usage"
     summary = "NVIDIA apex (amp, fused optimizers and norms, apex DDP) is reported with the PyTorch form to use"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:

@@ -61,6 +61,7 @@ class CudaLeftover(Rule):
     code = "XLA900"
     name = "cuda-leftover"
     summary = "every CUDA construct left in the output (torch.cuda, .cuda(), 'cuda', nccl, cudnn) is reported"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

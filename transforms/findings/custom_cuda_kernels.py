@@ -51,6 +51,7 @@ class CustomCudaKernels(Rule):
     code = "XLA901"
     name = "custom-cuda-kernels"
     summary = "custom CUDA kernels (cpp_extension, cupy, triton, numba.cuda, pycuda) are reported, never rewritten"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def _report(self, node: cst.CSTNode, toolkit: str, what: str) -> None:
         self.finding(node, f"{what}: {TOOLKITS[toolkit]} cannot run on XLA", FIX)

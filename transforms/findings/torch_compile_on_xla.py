@@ -30,6 +30,7 @@ class TorchCompileOnXla(Rule):
     code = "XLA903"
     name = "torch-compile-on-xla"
     summary = "torch.compile with a non-XLA backend is reported (use backend='openxla' or drop it)"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def _check(self, node: cst.CSTNode, call: cst.Call | None) -> None:
         backend = patterns.keyword(call, "backend") if call is not None else None

@@ -51,6 +51,7 @@ class DynamicShapesInLoop(Rule):
     code = "XLA312"
     name = "dynamic-shapes-in-loop"
     summary = "training loaders without drop_last, boolean-mask indexing and nonzero() in training loops are reported"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

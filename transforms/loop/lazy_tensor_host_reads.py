@@ -48,6 +48,7 @@ class LazyTensorHostReads(Rule):
     code = "XLA311"
     name = "lazy-tensor-host-reads"
     summary = "tensor reads in a training loop that are not logging (total += loss.item(), if loss > x) are reported"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def _report(self, node: cst.CSTNode, fix: str, what: str) -> None:
         self.finding(node, f"{short(node)}: {what} every step (a device sync: the graph runs mid-step)", fix)
