@@ -4,8 +4,8 @@ What it does:
     Reports, with the line and what to do, the ``torch.cuda`` APIs that have no drop-in XLA form:
     memory statistics (``memory_allocated``, ``max_memory_allocated``, ``memory_reserved``,
     ``memory_summary``, ``mem_get_info``...), device queries (``device_count``, ``current_device``,
-    ``get_device_properties``, ``get_device_capability``), the CUDA tensor types (``torch.cuda.FloatTensor``
-    and friends), streams, events and CUDA graphs (``torch.cuda.Stream``, ``torch.cuda.stream(...)``,
+    ``get_device_properties``, ``get_device_capability``), CUDA tensor types other than the legacy ones
+    XLA105 rewrites (``torch.cuda.FloatTensor`` and friends), streams, events and CUDA graphs (``torch.cuda.Stream``, ``torch.cuda.stream(...)``,
     ``torch.cuda.Event``, ``torch.cuda.graph``), and NVTX ranges. Nothing is rewritten. Any spelling is
     recognised (``import torch as T``, ``from torch.cuda import Event``).
 
@@ -31,6 +31,7 @@ import libcst as cst
 
 from xla_migrate.rule import Rule
 from xla_migrate.targets import MODULE_PLACEHOLDERS
+from xla_migrate.transforms.device.legacy_cuda_tensor_types import DTYPES as LEGACY_TYPES
 
 _MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_cached",
            "max_memory_cached", "memory_stats", "memory_stats_as_nested_dict", "memory_summary", "memory_snapshot",
@@ -56,7 +57,7 @@ def _api(name: str) -> str | None:
         return "stream"
     if rest in _DEVICES:
         return rest
-    if rest.endswith("Tensor") and "." not in rest:
+    if rest.endswith("Tensor") and "." not in rest and rest not in LEGACY_TYPES:
         return "tensor_type"
     return None
 

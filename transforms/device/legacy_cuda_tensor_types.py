@@ -1,0 +1,138 @@
+"""XLA105 legacy-cuda-tensor-types: torch.cuda.FloatTensor and friends get their XLA form (dtype and device).
+
+What it does:
+    The legacy CUDA tensor types (``torch.cuda.FloatTensor``, ``LongTensor``, ``ByteTensor``, ...) and the
+    names bound to them (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``, both branches of
+    one dtype) are rewritten where they are used:
+
+    - a construction ``torch.cuda.FloatTensor(*args)`` / ``Tensor(*args)`` becomes the CPU type's, moved to the
+      XLA device: ``torch.FloatTensor(*args).to(device)`` (same sizes-or-data meaning of the arguments);
+    - a conversion ``x.type(torch.cuda.FloatTensor)`` / ``x.type(Tensor)`` / ``x.type("torch.cuda.FloatTensor")``
+      becomes ``x.to(device=device, dtype=torch.float32)``.
+
+    The binding itself stays (naming the type does not need CUDA); it and any other use of a legacy CUDA
+    type (``isinstance(x, torch.cuda.FloatTensor)``) are reported with their line.
+
+Why:
+    The legacy types allocate on a CUDA device: on an XLA machine they raise "no CUDA GPUs are available".
+    When XLA104 folds a ``cuda = torch.cuda.is_available()`` flag to True, ``Tensor = torch.cuda.FloatTensor if
+    cuda else ...`` picks the CUDA type, so the output would crash where the original ran on the CPU.
+
+Example:
+    Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+    valid = Tensor(imgs.size(0), 1).fill_(1.0)
+    real_imgs = imgs.type(Tensor)
+
+Use instead:
+    Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+    valid = torch.FloatTensor(imgs.size(0), 1).to(device).fill_(1.0)
+    real_imgs = imgs.to(device=device, dtype=torch.float32)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.common import short
+
+# Legacy type name -> the dtype it holds.
+DTYPES = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
+          "BFloat16Tensor": "bfloat16", "ByteTensor": "uint8", "CharTensor": "int8", "ShortTensor": "int16",
+          "IntTensor": "int32", "LongTensor": "int64", "BoolTensor": "bool"}
+
+
+class LegacyCudaTensorTypes(Rule):
+    code = "XLA105"
+    name = "legacy-cuda-tensor-types"
+    summary = "torch.cuda.FloatTensor(...) and x.type(torch.cuda.FloatTensor) -> CPU type .to(device) / x.to(device, dtype)"
+    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._aliases: dict[str, str] = {}  # spelling bound to a legacy CUDA type -> its type name
+        self._calls: list[cst.Call] = []
+        self._references: list[cst.CSTNode] = []  # every torch.cuda.<legacy type> in the script
+        self._rewritten: set[cst.CSTNode] = set()
+
+    def _legacy_type(self, node: cst.BaseExpression) -> str | None:
+        """The legacy type name a CUDA type expression, or a name bound to one, stands for."""
+        for name in self.ctx.qualnames(node):
+            module, _, type_name = name.rpartition(".")
+            if module == "torch.cuda" and type_name in DTYPES:
+                return type_name
+        spelling = patterns.dotted_name(node)
+        return self._aliases.get(spelling) if spelling is not None else None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1:
+            return
+        spelling = patterns.dotted_name(node.targets[0].target)
+        value = node.value
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        cuda_types = {t for t in map(self._legacy_type, branches) if t is not None}
+        cpu_types = {name.rpartition(".")[2] for b in branches for name in self.ctx.qualnames(b)
+                     if name.rpartition(".")[0] == "torch"}
+        if spelling is not None and len(cuda_types) == 1 and cpu_types <= cuda_types:
+            self._aliases[spelling] = cuda_types.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._calls.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._reference(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        parent = self.ctx.parent(node)
+        if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+            self._reference(node)
+
+    def _reference(self, node: cst.BaseExpression) -> None:
+        if any(n.rpartition(".")[0] == "torch.cuda" and n.rpartition(".")[2] in DTYPES for n in self.ctx.qualnames(node)):
+            self._references.append(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        # Decided at the end: a name bound to a type may be used in a function defined above its binding.
+        for node in self._calls:
+            type_name = self._legacy_type(node.func)
+            if type_name is not None:
+                self._construction(node, type_name)
+            elif patterns.method_call(node, "type") and len(node.args) == 1 and node.args[0].keyword is None:
+                argument = node.args[0].value
+                type_name = self._legacy_type(argument)
+                text = patterns.string_value(argument)
+                if type_name is None and text is not None and text.startswith("torch.cuda."):
+                    type_name = text.rpartition(".")[2] if text.rpartition(".")[2] in DTYPES else None
+                if type_name is not None:
+                    self._conversion(node, type_name)
+        for node in self._references:
+            if node not in self._rewritten:
+                self.finding(node, f"CUDA tensor type: {short(node)} (constructions and .type() conversions of it "
+                                   "are rewritten to the XLA device; this use is not)",
+                             "create tensors on the XLA device with a dtype (torch.zeros(n, dtype=torch.float32, "
+                             "device=device)); test x.dtype and x.device instead of the tensor type")
+
+    def _construction(self, node: cst.Call, type_name: str) -> None:
+        self._rewritten.add(node.func)
+        device = self.ctx.device_reference(node, self.code)
+        torch = self.ctx.local_name("torch", "torch")
+        func = cst.parse_expression(f"{torch}.{type_name}")
+
+        def on_device(updated: cst.Call) -> cst.Call:
+            built = updated.with_changes(func=func, lpar=[], rpar=[])
+            return cst.Call(func=cst.Attribute(value=built, attr=cst.Name("to")),
+                            args=[cst.Arg(cst.parse_expression(device))], lpar=updated.lpar, rpar=updated.rpar)
+
+        self.replace(node, on_device, f"{short(node)} -> {short(on_device(node), 80)}")
+
+    def _conversion(self, node: cst.Call, type_name: str) -> None:
+        self._rewritten.add(node.args[0].value)
+        device = self.ctx.device_reference(node, self.code)
+        torch = self.ctx.local_name("torch", "torch")
+        args = cst.parse_expression(f"f(device={device}, dtype={torch}.{DTYPES[type_name]})").args
+
+        def to_device(updated: cst.Call) -> cst.Call:
+            return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")), args=args)
+
+        self.replace(node, to_device, f"{short(node)} -> {short(to_device(node), 80)}")
