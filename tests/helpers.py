@@ -15,6 +15,7 @@ x = torch.randn(8, 4, device="cuda")
 '''
 
 NO_CUDA_SCRIPT = "import torch\n\nx = torch.zeros(3)\n"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str, cwd: Path, stdin: bytes | None = None, env: dict | None = None, timeout: float = 60):

@@ -89,3 +89,35 @@ def test_notebook_display_is_a_coloured_diff_and_the_change_list():
 def test_select_and_ignore_narrow_the_rules():
     assert not migrate(CUDA_SCRIPT, ignore=["XLA1"]).changed
     assert migrate(CUDA_SCRIPT, select=["xla101"]).changed
+
+
+SELECTING = "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\nopt = torch.optim.SGD(model.parameters())\nopt.step()\n"
+
+
+@pytest.mark.parametrize("select", ["XLA1", ["XLA1"], ("XLA1",), "XLA101,XLA102", ["XLA101", "XLA102, XLA103"]])
+def test_select_takes_a_string_or_a_list(select):
+    codes = {c.code for c in migrate(SELECTING, select=select).changes}
+    assert codes == {"XLA101"}  # XLA204 (optimizer step) is left out
+    assert {c.code for c in migrate(SELECTING, ignore="XLA1").changes} == {"XLA204"}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"select": "XLA0"}, "select: unknown rule code or prefix: XLA0"),
+    ({"select": ["XLA101", "XLA999"]}, "select: unknown rule code or prefix: XLA999"),
+    ({"ignore": "E501"}, "ignore: unknown rule code or prefix: E501"),
+    ({"select": 101}, "select must be a rule code or prefix, or a list of them (got 101)"),
+])
+def test_unknown_codes_are_a_value_error(kwargs, message):
+    with pytest.raises(ValueError) as raised:
+        migrate(SELECTING, **kwargs)
+    assert str(raised.value) == message
+
+
+def test_plain_text_repr_is_a_short_summary():
+    result = migrate(CUDA_SCRIPT, path="train.py")
+    assert repr(result) == ("<MigrationResult train.py: 3 changes, 0 findings; target sagemaker, "
+                            "output runs on torch_xla >= 1.13>")
+    assert "\n" not in repr(result) and CUDA_SCRIPT not in repr(result)
+    assert repr(migrate("x = 1\n")).startswith("<MigrationResult script.py: nothing to change, 0 findings; ")
+    assert repr(migrate("x = (\n", path="bad.py")) == "<MigrationResult bad.py:1:5: cannot parse: '(' was never closed>"
+    assert str(result) == result.code  # print(result) still prints the migrated code

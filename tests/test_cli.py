@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 
 import pytest
-from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, run_cli, tree_snapshot
+from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, ROOT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
 from xla_migrate import cli, migrate
@@ -239,3 +242,122 @@ def test_python_dash_m_and_version_fast_path(tmp_path):
                             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer','libcst','rich')))"],
                            capture_output=True, text=True)
     assert probe.stdout.strip().splitlines()[-1] == "[]"
+
+
+# Behaving like ruff and black ------------------------------------------------------------------------------
+FINDINGS_SCRIPT = '''import torch
+import apex
+from torch.utils.cpp_extension import load
+model = torch.nn.Linear(4, 2).cuda()
+s = torch.cuda.Stream()
+'''
+
+
+@pytest.fixture
+def findings_script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(FINDINGS_SCRIPT)
+    return path
+
+
+def test_positional_paths_and_in_both_work(tmp_path, script):
+    (tmp_path / "other.py").write_text(CUDA_SCRIPT)
+    positional = run_cli("train.py", "--diff", cwd=tmp_path)
+    option = run_cli("--in", "train.py", "--diff", cwd=tmp_path)
+    assert positional.returncode == option.returncode == 0
+    assert positional.stdout == option.stdout and positional.stdout.startswith(b"diff --git a/train.py")
+    mixed = run_cli("--check", "other.py", "--in", "train.py", cwd=tmp_path)
+    assert mixed.returncode == 1 and b"2 files: 2 would change" in mixed.stderr
+    missing = run_cli("--check", cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.startswith(b"error: missing PATH")
+
+
+def test_help_describes_positional_paths_and_the_rule_command(tmp_path):
+    done = run_cli("--help", cwd=tmp_path, env={"COLUMNS": "120"})
+    text = done.stdout.decode()
+    assert done.returncode == 0 and text.startswith("Usage: xla-migrate [OPTIONS] [PATH]...")
+    for words in ("xla-migrate rule CODE", "--force-exclude", "--extend-exclude", "--statistics", "-qq"):
+        assert words in text, words
+
+
+def test_rule_command_prints_the_rule_page(tmp_path):
+    done = run_cli("rule", "XLA101", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.decode()
+    page = (ROOT / "docs" / "rules" / "XLA101.md").read_text()
+    # The checked-in page, without its generated mark and golden fixtures (not installed with the package).
+    assert page.split("\n", 2)[2].split("## Golden fixtures")[0].rstrip() in text
+    assert text.rstrip().endswith("docs/rules/XLA101.md in the xla-migrate repository.")
+    by_name = run_cli("rule", "cuda-device-to-xla", cwd=tmp_path)
+    assert by_name.stdout == done.stdout
+    as_json = json.loads(run_cli("rule", "xla101", "--format", "json", cwd=tmp_path).stdout)
+    assert as_json["code"] == "XLA101" and as_json["explanation"].startswith("# XLA101 cuda-device-to-xla")
+    unknown = run_cli("rule", "XLA000", cwd=tmp_path)
+    assert unknown.returncode == 2 and unknown.stdout == b""
+    assert unknown.stderr == b"error: unknown rule: XLA000 (xla-migrate --list-rules lists them)\n"
+    # python -m goes through the same dispatch.
+    module = subprocess.run([sys.executable, "-m", "xla_migrate", "rule", "XLA101"], capture_output=True, cwd=tmp_path)
+    assert module.stdout == done.stdout
+
+
+def test_a_file_named_like_a_subcommand_is_still_migrated(tmp_path):
+    (tmp_path / "rule").write_text(CUDA_SCRIPT)
+    done = run_cli("./rule", "--check", cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.startswith(b"./rule: 3 changes")
+
+
+def test_list_rules_as_json(tmp_path):
+    done = run_cli("--list-rules", "--format", "json", cwd=tmp_path)
+    rules = json.loads(done.stdout)
+    from xla_migrate.registry import all_rules
+
+    assert [r["code"] for r in rules] == [r.code for r in all_rules()]
+    first = rules[0]
+    assert set(first) == {"code", "name", "summary", "fix_safety", "targets", "source", "docs"}
+    assert first["docs"] == f"docs/rules/{first['code']}.md" and (ROOT / first["docs"]).is_file()
+    assert (ROOT / first["source"]).is_file()
+
+
+def test_each_finding_ends_with_its_rule_and_statistics_count_them(findings_script, tmp_path):
+    done = run_cli("train.py", "--check", cwd=tmp_path)
+    lines = done.stderr.decode().splitlines()
+    findings = [line for line in lines if ": XLA9" in line or ": XLA103" in line]
+    assert len(findings) == 3
+    for line in findings:
+        code = line.split(": ", 2)[1].split()[0]
+        assert line.endswith(f" [xla-migrate rule {code}]"), line
+    stats = run_cli("train.py", "--check", "--statistics", cwd=tmp_path)
+    table = stats.stderr.decode().splitlines()
+    assert stats.returncode == 1
+    assert table[0].split() == ["2", "XLA101", "cuda-device-to-xla", "2", "changes"]
+    assert [row.split()[:2] for row in table[1:4]] == [["1", "XLA103"], ["1", "XLA901"], ["1", "XLA902"]]
+    assert table[1].endswith("1 finding") and table[4].startswith("train.py: 2 changes")
+    assert len(table) == 5  # the table, then the summary: no finding lines
+    tree = run_cli(".", "--check", "--statistics", cwd=tmp_path)
+    assert tree.stderr.decode().splitlines()[1].split() == ["2", "XLA101", "cuda-device-to-xla", "2", "changes"]
+    refused = run_cli("train.py", "--check", "--statistics", "--format", "json", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.startswith(b"error: --statistics is a text report")
+
+
+def test_quiet_hides_the_summary_and_qq_everything_but_errors(findings_script, tmp_path):
+    loud = run_cli("train.py", "--check", cwd=tmp_path).stderr.decode().splitlines()
+    quiet = run_cli("train.py", "--check", "-q", cwd=tmp_path).stderr.decode().splitlines()
+    assert quiet == loud[:-1] and len(quiet) == 3 and loud[-1].startswith("train.py: 2 changes")
+    assert run_cli("train.py", "--check", "-qq", cwd=tmp_path).stderr == b""
+    (tmp_path / "bad.py").write_text("import torch\nx = (\n")
+    tree_quiet = run_cli(".", "--check", "-q", cwd=tmp_path).stderr.decode().splitlines()
+    assert tree_quiet[0].startswith("error: bad.py:2:")
+    assert tree_quiet[-1] == "train.py: would change (2 changes)"  # no summary line
+    tree_qq = run_cli(".", "--check", "-qq", cwd=tmp_path)
+    assert tree_qq.returncode == 2 and tree_qq.stderr.decode().splitlines() == [tree_quiet[0]]
+
+
+def test_json_report_of_one_script_on_stdout(findings_script, tmp_path):
+    done = run_cli("train.py", "--check", "--format", "json", cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr == b""
+    report = json.loads(done.stdout)
+    assert report["version"] == 2 and report["files"][0]["path"] == "train.py"
+    assert [f["code"] for f in report["files"][0]["findings"]] == ["XLA902", "XLA901", "XLA103"]
+    refused = run_cli("train.py", "--out", "-", "--format", "json", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stdout == b""
+    assert b"--report PATH" in refused.stderr and len(refused.stderr.splitlines()) == 1

@@ -66,7 +66,13 @@ def test_nearest_section_wins_and_sectionless_files_are_skipped(repo):
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ('targett = "2.9"', "unknown key in [tool.xla-migrate]: targett (known: target, select, ignore, exclude, distributed)"),
+    ('targett = "2.9"', "unknown key in [tool.xla-migrate]: targett (known: target, select, ignore, exclude, "
+                        "extend-exclude, force-exclude, distributed)"),
+    # TOML reads 2.9 as a float (and 2.10 as 2.1): a wrong type, as the guide says, not a target.
+    ('target = 2.9', '[tool.xla-migrate] target must be a string such as "2.9" (got a float: quote it)'),
+    ('target = 3', '[tool.xla-migrate] target must be a string such as "2.9" (got an integer: quote it)'),
+    ('extend-exclude = 1', "[tool.xla-migrate] extend-exclude must be a list of strings"),
+    ('force-exclude = "yes"', "[tool.xla-migrate] force-exclude must be true or false"),
     ('select = 3', "[tool.xla-migrate] select must be a list of strings"),
     ('distributed = "yes"', "[tool.xla-migrate] distributed must be true or false"),
     ('target = "1.0"', "unknown target"),
@@ -107,3 +113,11 @@ def test_distributed_reaches_the_engine(repo, monkeypatch, config, flags, expect
     assert invoke("--in", str(repo / "code" / "train.py"), "--check", *flags).exit_code == 1  # one file
     assert invoke("--in", str(repo / "code"), "--check", "-j", "1", *flags).exit_code == 1  # a tree
     assert seen == [expected] * 3
+
+
+def test_force_exclude_from_the_config(repo):
+    write_config(repo, 'extend-exclude = ["code/legacy/"]\nforce-exclude = true')
+    old = repo / "code" / "legacy" / "old.py"
+    result = invoke(str(old), str(repo / "code" / "train.py"), "--in-place")
+    assert result.exit_code == 0, result.stderr
+    assert old.read_text() == CUDA_SCRIPT and "xla_device" in (repo / "code" / "train.py").read_text()

@@ -1,13 +1,14 @@
-"""Jupyter notebooks through the CLI: cell by cell, outputs kept, IPython lines left alone, a valid
-notebook out, cells named in the report."""
+"""Jupyter notebooks through the CLI: the code cells as one program, edits back in their cells, outputs
+kept, IPython lines left alone, a valid notebook out, cells named in every report format."""
 
 from __future__ import annotations
 
+import bisect
 import json
 
 import nbformat
 import pytest
-from helpers import CUDA_SCRIPT, tree_snapshot
+from helpers import CUDA_SCRIPT, ROOT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
 from xla_migrate import cli, migrate
@@ -55,22 +56,123 @@ def test_notebook_in_place(tmp_path):
     nbformat.validate(after)
     assert len(after.cells) == 5
     assert after.cells[0].source == before.cells[0].source  # markdown untouched
-    assert after.cells[1].source == "import torch"
+    # One program: the import goes into the first code cell, after its own imports, and the device is bound
+    # there once for every later cell.
+    assert after.cells[1].source.splitlines() == [
+        "import torch", "import torch_xla.core.xla_model as xm", "xla_device = xm.xla_device()"]
     cell = after.cells[2].source
-    lines = cell.splitlines()
-    assert lines[0] == "import torch_xla.core.xla_model as xm"  # the cell's own import, as for a script
-    assert [line for line in lines if line[:1] in "%!" or "= !" in line] == [
+    assert [line for line in cell.splitlines() if line[:1] in "%!" or "= !" in line] == [
         "%matplotlib inline", "!pip install -q timm", "files = !ls"]
     assert cell.splitlines()[-1] == "model?"
-    assert ".cuda()" not in cell and "xla_device()" in cell
+    assert cell.splitlines()[3] == "model = torch.nn.Linear(4, 2).to(xla_device)"
     assert after.cells[2].outputs == before.cells[2].outputs and after.cells[2].execution_count == 2
     assert after.cells[3].source == "%%bash\necho cuda"
-    assert after.cells[4].source == migrate(CUDA_SCRIPT.rstrip("\n")).code
+    assert ".cuda()" not in after.cells[4].source and "import" not in after.cells[4].source.split("\n", 1)[1]
     assert f"{path}:cell 3:line 4: XLA101" in result.stderr
     assert f"{path}:cell 5:line 3: XLA101" in result.stderr
     # Migrated once, nothing left to do: the round trip is stable.
     again = invoke("--in", str(path), "--check")
     assert again.exit_code == 0, again.stderr
+
+
+# The issue's notebook: the import in one cell, the training code in the next ones.
+SPLIT_CELLS = [
+    "import torch\nimport torch.nn as nn",
+    "device = torch.device(\"cuda\")\nmodel = nn.Linear(4, 2).cuda()\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "loader = [(torch.randn(8, 4), torch.randn(8, 2)) for _ in range(3)]",
+    "%%time\nfor x, y in loader:\n    x, y = x.to(device), y.to(device)\n    loss = ((model(x) - y) ** 2).mean()\n"
+    "    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+    "torch.save(model.state_dict(), \"model.pt\")\nmodel",
+]
+
+
+def write_split_notebook(path, first_cell: str | None = None):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    cells = [nbformat.v4.new_markdown_cell("# Training")]
+    if first_cell is not None:
+        cells.append(nbformat.v4.new_code_cell(first_cell))
+    cells += [nbformat.v4.new_code_cell(source) for source in SPLIT_CELLS]
+    nb.cells = cells
+    nbformat.write(nb, str(path))
+    return nb
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_a_notebook_migrates_as_one_program(tmp_path, target):
+    """Cell 2's code depends on cell 1's import: it migrates as the same code does in one .py file."""
+    path = tmp_path / "train.ipynb"
+    write_split_notebook(path)
+    done = run_cli(str(path.name), "--in-place", "--target", target, "-v", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    after = nbformat.read(str(path), as_version=4)
+    nbformat.validate(after)
+    cells = [cell.source for cell in after.cells[1:]]
+    script = migrate("\n".join(s.replace("%%time\n", "") for s in SPLIT_CELLS) + "\n", target=target)
+    joined = "\n".join(c.replace("%%time\n", "") for c in cells) + "\n"
+    assert joined == script.code  # the same program, cut at the same places
+    assert not any('"cuda"' in c or ".cuda()" in c or "opt.step()" in c or "torch.save" in c for c in cells)
+    assert cells[0].startswith("import torch\nimport torch.nn as nn\nimport torch_xla")  # imports: first cell
+    assert all("import torch_xla" not in c for c in cells[1:])
+    assert cells[2].startswith("%%time\n")
+    stderr = done.stderr.decode()
+    # Each change at its cell (markdown counted: the code cells are 2 to 5) and its line within the cell
+    # (the notebook's cell 4 has its %%time line first).
+    starts = [1, 3, 7, 13]  # the script's first line of each cell
+    assert len(script.changes) >= 5
+    for change in script.changes:
+        index = bisect.bisect_right(starts, change.line) - 1
+        line = change.line - starts[index] + 1 + (1 if index == 2 else 0)
+        assert f"train.ipynb:cell {index + 2}:line {line}: {change.code}" in stderr
+
+
+def test_imports_go_after_a_leading_pip_install(tmp_path):
+    path = tmp_path / "colab.ipynb"
+    write_split_notebook(path, first_cell="!pip install -q torch_xla")
+    assert invoke(str(path), "--in-place").exit_code == 0
+    after = nbformat.read(str(path), as_version=4)
+    assert after.cells[1].source == "!pip install -q torch_xla"  # a shell-only cell: left as it is
+    assert after.cells[2].source.startswith("import torch\nimport torch.nn as nn\nimport torch_xla")
+    # Within a cell, IPython lines before the imports stay first.
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%pip install timm\nx = 1"), nbformat.v4.new_code_cell("import torch\ny = torch.zeros(1).cuda()")]
+    other = tmp_path / "pip.ipynb"
+    nbformat.write(nb, str(other))
+    assert invoke(str(other), "--in-place").exit_code == 0
+    first = nbformat.read(str(other), as_version=4).cells[0].source.splitlines()
+    assert first[0] == "%pip install timm" and first[1].startswith("import torch_xla") and first[-1] == "x = 1"
+
+
+def test_notebook_findings_and_errors_name_the_cell_in_every_format(tmp_path):
+    import jsonschema
+
+    path = tmp_path / "nb.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("intro"), nbformat.v4.new_code_cell("import torch"),
+                nbformat.v4.new_code_cell("x = torch.zeros(1)\ns = torch.cuda.Stream()")]
+    nbformat.write(nb, str(path))
+    text = run_cli("nb.ipynb", "--check", cwd=tmp_path).stderr.decode()
+    (finding,) = [line for line in text.splitlines() if "XLA103" in line]
+    assert finding.startswith("nb.ipynb:cell 3:line 2: XLA103 CUDA streams")
+    code = finding.split(": ")[1].split()[0]
+    assert finding.endswith(f"[xla-migrate rule {code}]")
+    done = run_cli("nb.ipynb", "--check", "--format", "json", cwd=tmp_path)
+    report = json.loads(done.stdout)
+    jsonschema.validate(report, json.loads((ROOT / "docs" / "report.schema.json").read_text()))
+    (entry,) = report["files"]
+    assert [(f["cell"], f["line"], f["code"]) for f in entry["findings"]] == [(3, 2, code)]
+    github = run_cli("nb.ipynb", "--check", "--format", "github", cwd=tmp_path).stderr.decode()
+    assert f"::warning file=nb.ipynb,title={code}::cell 3, line 2: " in github
+    # A cell that does not parse: the error names the cell and the line within it.
+    nb.cells.append(nbformat.v4.new_code_cell("y = 1\nz = (1,"))
+    nbformat.write(nb, str(path))
+    before = path.read_bytes()
+    bad = run_cli("nb.ipynb", "--in-place", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.decode().startswith("error: nb.ipynb:cell 4:line 2: cannot parse")
+    assert path.read_bytes() == before
+    entry = json.loads(run_cli("nb.ipynb", "--check", "--format", "json", cwd=tmp_path).stdout)["files"][0]
+    assert entry["error"]["cell"] == 4 and entry["error"]["line"] == 2
 
 
 def test_notebook_out_and_diff(tmp_path):

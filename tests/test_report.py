@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -24,8 +25,9 @@ def test_json_report_matches_the_schema_and_the_result():
     assert first["path"] == "train.py" and first["out_path"] == "train_xla.py"
     assert first["target"] == "2.9" and first["changed"] is True
     assert first["runs_on"] == {"text": "torch_xla >= 2.3", "min": "2.3", "below": None}
+    assert report["version"] == 2
     assert first["changes"][0] == {"line": 3, "column": 10, "code": "XLA101",
-                                   "message": ok.changes[0].message}
+                                   "message": ok.changes[0].message, "cell": None}
     assert first["diff_stats"] == {"files": 1, "hunks": 1, "added": 4, "removed": 3}
     assert second["error"]["message"].startswith("cannot parse") and second["error"]["line"] == 1
     assert second["changed"] is False
@@ -51,3 +53,21 @@ def test_github_annotations():
     assert len(lines) == 1 + len(result.changes)
     error = github_annotations(migrate("x = (\n", path="bad.py"))
     assert error == ["::error file=bad.py,line=1,col=5,title=xla-migrate::cannot parse: '(' was never closed"]
+
+
+def test_notebook_records_name_their_cell():
+    result = migrate(CUDA_SCRIPT, path="nb.ipynb")
+    result.findings = [Finding(2, 5, "XLA900", "left", "do it", cell=3)]
+    result.changes = [replace(result.changes[0], cell=2, line=1)]
+    report = json.loads(json.dumps(json_report([result])))
+    jsonschema.validate(report, SCHEMA)
+    assert report["files"][0]["findings"][0]["cell"] == 3 and report["files"][0]["changes"][0]["cell"] == 2
+    # GitHub would place line= on the .ipynb file's JSON lines: the cell and line go into the message.
+    assert github_annotations(result) == ["::warning file=nb.ipynb,title=XLA900::cell 3, line 2: left (fix: do it)",
+                                          f"::notice file=nb.ipynb,title=XLA101::cell 2, line 1: {result.changes[0].message}"]
+    report["files"][0]["findings"][0]["cell"] = 0
+    try:
+        jsonschema.validate(report, SCHEMA)
+    except jsonschema.ValidationError:
+        return
+    raise AssertionError("the schema accepted cell 0 (cells count from 1)")

@@ -220,16 +220,78 @@ def test_repeated_in_and_the_same_file_twice(project):
     assert result.exit_code == 0 and "1 file: 1 changed" in result.stderr
 
 
-def test_exclude_applies_to_named_files(project):
-    result = invoke("--in", str(project / "train.py"), str(project / "pkg" / "model.py"), "--exclude", "model.py",
-                    "--in-place")
+def test_named_files_are_excluded_only_with_force_exclude(project):
+    named = [str(project / "train.py"), str(project / "pkg" / "model.py")]
+    # As in ruff: a file named on the command line is migrated even when an exclude pattern matches it...
+    result = invoke(*named, "--exclude", "model.py", "--in-place")
     assert result.exit_code == 0
+    assert (project / "pkg" / "model.py").read_bytes() == migrated(OTHER_CUDA)
+    (project / "pkg" / "model.py").write_text(OTHER_CUDA)
+    (project / "train.py").write_text(CUDA_SCRIPT)
+    # ...unless --force-exclude says the excludes apply to it too.
+    result = invoke(*named, "--exclude", "model.py", "--force-exclude", "--in-place")
+    assert result.exit_code == 0 and result.stderr.startswith(f"{project / 'train.py'}: 3 changes")
     assert (project / "pkg" / "model.py").read_text() == OTHER_CUDA
     assert (project / "train.py").read_bytes() == migrated(CUDA_SCRIPT)
 
 
+def test_force_exclude_with_one_named_file_and_the_default_excludes(tmp_path):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "gen.py").write_text(CUDA_SCRIPT)
+    done = run_cli("build/gen.py", "--check", cwd=tmp_path)
+    assert done.returncode == 1  # named: checked
+    done = run_cli("build/gen.py", "--check", "--force-exclude", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == b""
+    assert done.stderr == b"0 files: every path given is excluded (--force-exclude)\n"
+
+
+VENDORED = [".venv/lib/python3.11/site-packages/pkg/core.py", "venv/lib/x.py", "env/x.py", "node_modules/a/b.py",
+            "build/lib/train.py", "dist/train.py", "pkg/__pycache__/x.py", ".tox/py311/x.py", ".nox/x.py",
+            ".eggs/x.py", "site-packages/x.py", "pkg.egg-info/x.py", ".ipynb_checkpoints/nb-checkpoint.py"]
+
+
+@pytest.fixture
+def vendored(tmp_path):
+    """A project with its own script and copies of CUDA code where ruff and black never look."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(CUDA_SCRIPT)
+    for name in VENDORED:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(CUDA_SCRIPT)
+    (tmp_path / "build.py").write_text(CUDA_SCRIPT)  # a file named like a default folder is not excluded
+    return tmp_path
+
+
+def test_default_excludes(vendored):
+    before = tree_snapshot(vendored)
+    done = run_cli(".", "--in-place", "--no-gitignore", cwd=vendored)
+    assert done.returncode == 0, done.stderr
+    after = tree_snapshot(vendored)
+    assert sorted(name for name in after if after[name] != before[name]) == ["build.py", "src/train.py"]
+
+
+@pytest.mark.parametrize(("how", "expect_vendored"), [
+    ("config-empty", True), ("config-extend", False), ("cli-exclude", True), ("cli-extend", False)])
+def test_default_excludes_are_overridable(vendored, how, expect_vendored):
+    args = [".", "--check", "-v"]
+    if how == "config-empty":
+        (vendored / "pyproject.toml").write_text("[tool.xla-migrate]\nexclude = []\n")
+    elif how == "config-extend":
+        (vendored / "pyproject.toml").write_text("[tool.xla-migrate]\nextend-exclude = [\"src/\"]\n")
+    elif how == "cli-exclude":
+        args += ["--exclude", "src/"]  # replaces the defaults, as ruff's --exclude does
+    else:
+        args += ["--extend-exclude", "src/"]
+    result = invoke(*[str(vendored) if a == "." else a for a in args])
+    reported = {line.split(":")[0] for line in result.stderr.splitlines() if "would change" in line}
+    reported = {os.path.relpath(path, vendored) for path in reported if path.startswith(str(vendored))}
+    assert ("src/train.py" in reported) is (how in ("config-empty",))
+    assert all((name in reported) is expect_vendored for name in VENDORED if not name.startswith(".ipynb"))
+
+
 @pytest.mark.parametrize("case", ["out-dash", "out-is-file", "two-dirs-out", "only-changed", "glob-none", "missing",
-                                  "stdin-mixed", "nothing-to-do", "same-dir", "jobs-zero"])
+                                  "stdin-mixed", "nothing-to-do", "same-dir", "jobs-zero", "out-named-like-a-script",
+                                  "out-named-like-a-notebook"])
 def test_tree_usage_errors(project, tmp_path, case):
     args = {
         "out-dash": ["--in", str(project), "--out", "-"],
@@ -242,6 +304,8 @@ def test_tree_usage_errors(project, tmp_path, case):
         "nothing-to-do": ["--in", str(project)],
         "same-dir": ["--in", str(project), "--out", str(project)],
         "jobs-zero": ["--in", str(project), "--check", "-j", "0"],
+        "out-named-like-a-script": ["--in", str(project), "--out", str(tmp_path / "new.py")],
+        "out-named-like-a-notebook": [str(project), "--out", str(tmp_path / "new.ipynb")],
     }[case]
     before = tree_snapshot(tmp_path)
     result = invoke(*args)
@@ -309,21 +373,36 @@ def test_prefilter_triggers_are_in_one_place():
 
 
 # --format and --report ---------------------------------------------------------------------------------------
-def test_json_report_on_stderr_and_in_a_file(broken, tmp_path):
+def test_json_report_on_stdout_and_in_a_file(broken, tmp_path):
     import json
 
     report_path = tmp_path / "report.json"
     result = invoke("--in", str(broken), "--check", "--format", "json", "--report", str(report_path))
     assert result.exit_code == 2
-    printed = json.loads(result.stderr)
+    printed = json.loads(result.stdout)  # on stdout, as ruff's --output-format json
     assert printed == json.loads(report_path.read_text())
-    assert printed["schema"] == "xla-migrate-report" and printed["version"] == 1
+    assert printed["schema"] == "xla-migrate-report" and printed["version"] == 2
     files = {Path(f["path"]).relative_to(broken).as_posix(): f for f in printed["files"]}
     assert sorted(files) == ["pkg/bad_syntax.py", "pkg/clean.py", "pkg/latin.py", "pkg/model.py", "train.py"]
     assert files["train.py"]["changed"] is True and files["train.py"]["diff_stats"]["files"] == 1
     assert files["pkg/clean.py"]["changed"] is False and files["pkg/clean.py"]["error"] is None
-    assert files["pkg/bad_syntax.py"]["error"] == {"message": "cannot parse: invalid syntax", "line": 3, "column": 7}
-    assert result.stdout == ""
+    assert files["pkg/bad_syntax.py"]["error"] == {"message": "cannot parse: invalid syntax", "line": 3, "column": 7,
+                                                   "cell": None}
+    assert "error: " in result.stderr  # errors still say so on stderr
+    assert not result.stderr.lstrip().startswith("{")
+
+
+def test_json_with_diff_needs_a_report_file(project, tmp_path):
+    import json
+
+    refused = run_cli("src", "--diff", "--format", "json", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stdout == b""
+    assert refused.stderr.decode().strip() == (
+        "error: --format json prints the report on stdout, where --diff puts its output: "
+        "write the report to a file with --report PATH instead")
+    both = run_cli("src", "--diff", "--report", "r.json", cwd=tmp_path)
+    assert both.returncode == 0 and both.stdout.startswith(b"diff --git")
+    assert {Path(f["path"]).name for f in json.loads((tmp_path / "r.json").read_text())["files"]} >= {"train.py"}
 
 
 def test_report_file_with_the_text_format(project, tmp_path):
@@ -350,3 +429,60 @@ def test_github_annotations(project, tmp_path):
 def test_unknown_format(project):
     result = invoke("--in", str(project), "--check", "--format", "xml")
     assert result.exit_code == 2 and result.stderr.strip() == "error: --format xml: expected one of text, json, github"
+
+
+# Ctrl-C --------------------------------------------------------------------------------------------------------
+EXAMPLE = (Path(__file__).resolve().parent.parent / "fixtures" / "examples" / "train_cuda.py").read_bytes()
+
+
+@pytest.mark.parametrize(("jobs", "whole_group"), [("1", False), ("2", False), ("2", True)],
+                         ids=["serial", "workers-kill-parent", "workers-terminal-ctrl-c"])
+def test_ctrl_c_stops_a_tree_run_and_says_what_was_not_reached(tmp_path, jobs, whole_group):
+    """SIGINT to xla-migrate alone (kill -INT), or to its whole process group as a terminal's Ctrl-C sends it."""
+    import re
+    import signal
+    import sys
+    import time
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    count = 150
+    for i in range(count):
+        (folder / f"s{i:03}.py").write_bytes(EXAMPLE)
+    expected = migrated(EXAMPLE)
+    executable = Path(sys.executable).with_name("xla-migrate")
+    process = subprocess.Popen([str(executable), "a", "--in-place", "-j", jobs, "-v"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def written() -> set[str]:
+        return {p.name for p in folder.iterdir() if p.read_bytes() == expected}
+
+    deadline = time.monotonic() + 120
+    while len(written()) < 3 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    sent = time.monotonic()
+    if whole_group:
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    stopped_after = time.monotonic() - sent
+    stderr = stderr.decode()
+    assert process.returncode == 130, stderr
+    assert stopped_after < 10, stopped_after  # promptly: no file is started after the interrupt
+    after = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert len(after) == count  # no temp file left behind
+    assert all(data in (EXAMPLE, expected) for data in after.values())  # each file whole: old or new
+    done = {name for name, data in after.items() if data == expected}
+    match = re.search(r"^interrupted: (\d+) files? written, (\d+) files? not reached", stderr, re.M)
+    assert match, stderr
+    assert "error" not in stderr, [line for line in stderr.splitlines() if "error" in line]
+    assert int(match.group(1)) == len(done) and int(match.group(2)) == count - len(done)
+    assert 3 <= len(done) < count
+    not_reached = {line.split("not reached: a/")[1] for line in stderr.splitlines() if "  not reached: " in line}
+    assert not_reached == set(after) - done  # -v lists every one
+    assert {line.split(":")[0][2:] for line in stderr.splitlines() if line.endswith("changed (6 changes)")} == done
+    time.sleep(0.5)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == after  # nothing changes after the exit
+    assert "Traceback" not in stderr

@@ -103,12 +103,22 @@ class MigrationResult:
     def __str__(self) -> str:
         return self.code if self.ok else self._summary_line()
 
+    def __repr__(self) -> str:
+        # What a terminal or a notebook's text view shows: a summary, not the whole source twice.
+        if self.error is not None:
+            return f"<MigrationResult {self.error.format(self.path)}>"
+        changes = len(self.changes)
+        what = f"{changes} change{'' if changes == 1 else 's'}" if self.changed else "nothing to change"
+        findings = len(self.findings)
+        return (f"<MigrationResult {self.path}: {what}, {findings} finding{'' if findings == 1 else 's'}; "
+                f"target {self.target}, output runs on {self.runs_on}>")
+
 
 def migrate(
     source: str | bytes,
     target: str = DEFAULT_TARGET,
-    select: list[str] | None = None,
-    ignore: list[str] | None = None,
+    select: str | list[str] | None = None,
+    ignore: str | list[str] | None = None,
     path: str = "script.py",
     out_path: str | None = None,
     distributed: bool | None = None,
@@ -117,7 +127,12 @@ def migrate(
 
     ``distributed``: True migrates the script as a multi-replica one (``--distributed``), False as a
     single-device one (``--single``); None (the default) detects it from the script (DDP,
-    ``init_process_group``, ``DistributedSampler``, torchrun's environment variables, ``mp.spawn``)."""
+    ``init_process_group``, ``DistributedSampler``, torchrun's environment variables, ``mp.spawn``).
+
+    ``select``/``ignore``: rule codes or prefixes (``"XLA1"``, ``"XLA101,XLA2"`` or a list); a code no rule
+    has raises ValueError, since it is a mistake in the call rather than in the script."""
+    select = registry.as_selectors(select, "select")
+    ignore = registry.as_selectors(ignore, "ignore")
     data = source.encode("utf-8") if isinstance(source, str) else source
     text = source if isinstance(source, str) else ""
     result = MigrationResult(source=text, code=text, target=target, path=path, out_path=out_path,

@@ -1,6 +1,9 @@
-"""The command line. Code or diff on stdout, nothing else; the report and errors on stderr.
+"""The command line, ``xla-migrate [OPTIONS] PATH...``. stdout carries one thing: the code, the diff or the
+JSON report; the text report and errors go to stderr. Subcommands (``xla-migrate rule CODE``) are
+dispatched in ``__main__.py`` before this command parses anything, so paths stay positional.
 
-Exit codes: 0 success, 1 changes found under --check, 2 usage or input error (nothing written).
+Exit codes: 0 success, 1 changes found under --check, 2 usage or input error (nothing written), 130
+interrupted (Ctrl-C: finished files are kept, the rest are listed).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from .api import MigrationResult, migrate
 from .files import write_atomically
 from .targets import DEFAULT_TARGET, TARGETS
 
-EXIT_OK, EXIT_CHANGES, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 FORMATS = ("text", "json", "github")
-# How this run reports: --format and --report (set once per command).
-_OUTPUT: dict = {"format": "text", "report": None}
+# How this run reports: --format, --report, -q (0: all, 1: no summary line, 2: errors only) and
+# --statistics (set once per command).
+_OUTPUT: dict = {"format": "text", "report": None, "quiet": 0, "statistics": False}
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,9 +66,16 @@ def _split_codes(values: Optional[list[str]]) -> list[str]:
     return [code.strip() for value in values or [] for code in value.split(",") if code.strip()]
 
 
-def _list_rules() -> None:
+def _list_rules(output_format: str) -> None:
     from .registry import all_rules
 
+    if output_format == "json":
+        import json
+
+        from .ruledocs import rule_record
+
+        print(json.dumps([rule_record(rule) for rule in all_rules()], indent=2))
+        return
     for rule in all_rules():
         targets = ",".join(rule.targets)
         print(f"{rule.code}  {rule.name:<28} {rule.fix_safety:<6} [{targets}]  {rule.summary}")
@@ -122,7 +133,7 @@ def _installed_torch_xla() -> Optional[str]:
         return None
 
 
-def _machine_report(results: list[MigrationResult], quiet: bool) -> bool:
+def _machine_report(results: list[MigrationResult]) -> bool:
     """Write --report and print the json/github report; True when the text report is replaced."""
     if _OUTPUT["report"] or _OUTPUT["format"] == "json":
         import json
@@ -130,38 +141,58 @@ def _machine_report(results: list[MigrationResult], quiet: bool) -> bool:
         text = json.dumps(report.json_report(results), indent=2) + "\n"
         if _OUTPUT["report"]:
             _write(Path(_OUTPUT["report"]), text.encode("utf-8"))
-        if _OUTPUT["format"] == "json":
-            sys.stderr.write(text)
+        if _OUTPUT["format"] == "json":  # on stdout, as ruff's: nothing else is there (checked up front)
+            sys.stdout.flush()
+            sys.stdout.write(text)
+            sys.stdout.flush()
             return True
     if _OUTPUT["format"] == "github":
         for result in results:
             for line in report.github_annotations(result):
-                if not quiet or line.startswith(("::error", "::warning")):
+                if _OUTPUT["quiet"] < 2 or line.startswith("::error"):
                     print(line, file=sys.stderr)
     return False
 
 
-def _report(result: MigrationResult, label: str, quiet: bool, verbose: bool) -> None:
-    if _machine_report([result], quiet):
+def _records(results: list[MigrationResult], verbose: bool) -> None:
+    """The text report's body: every finding (and with -v every change), or --statistics' table."""
+    if _OUTPUT["statistics"]:
+        for line in report.statistics_lines(results):
+            _err(line)
         return
+    for result in results:
+        if verbose:
+            for line in report.change_lines(result):
+                _err(line)
+        for line in report.finding_lines(result):
+            _err(line, "yellow")
+
+
+def _report(result: MigrationResult, label: str, verbose: bool) -> None:
+    if _machine_report([result]):
+        return
+    quiet = _OUTPUT["quiet"]
     if _OUTPUT["format"] == "github":
         if not quiet:
             _err(report.summary(result, label))
         return
-    if quiet:
+    if quiet >= 2:
         return
-    if verbose:
-        for line in report.change_lines(result):
-            _err(line)
-    for line in report.finding_lines(result):
-        _err(line, "yellow")
-    _err(report.summary(result, label), "bold")
+    _records([result], verbose)
+    if not quiet:
+        _err(report.summary(result, label), "bold")
 
 
-@app.command()
+HELP = """Migrate CUDA PyTorch training scripts to PyTorch/XLA.
+
+PATH is a script, a notebook (.ipynb), a folder (walked for .py and .ipynb files) or a quoted glob; '-' reads
+stdin. Other commands: 'xla-migrate rule CODE' prints a rule's documentation."""
+
+
+@app.command(help=HELP)
 def command(
-    in_path: Optional[list[str]] = typer.Option(None, "--in", metavar="PATH", help="Script, notebook, folder or glob to migrate ('-' for stdin); repeat it, or list more paths after it."),
-    more_paths: Optional[list[str]] = typer.Argument(None, metavar="PATH", help="More inputs, as for --in.", show_default=False),
+    paths: Optional[list[str]] = typer.Argument(None, metavar="PATH", show_default=False, hidden=True),
+    in_path: Optional[list[str]] = typer.Option(None, "--in", metavar="PATH", help="A PATH given as an option (repeatable; the same as listing it)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="PATH", help="Where to write the migrated script ('-' for stdout), or the folder that mirrors an input folder."),
     in_place: bool = typer.Option(False, "--in-place", help="Rewrite the input files themselves (only those that change)."),
     diff: bool = typer.Option(False, "--diff", help="Dry run: print the unified diff on stdout, write nothing."),
@@ -171,43 +202,63 @@ def command(
     select: Optional[list[str]] = typer.Option(None, "--select", metavar="CODES", help="Only these rule codes or prefixes (comma-separated)."),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", metavar="CODES", help="Skip these rule codes or prefixes (comma-separated)."),
     distributed: Optional[bool] = typer.Option(None, "--distributed/--single", help="Migrate as a multi-replica (distributed) or a single-device script (default: detected per script)."),
-    exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="PATTERN", help="Skip paths matching this gitignore-style pattern (repeatable)."),
+    exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="PATTERN", help="Skip paths matching this gitignore-style pattern, in place of the default excludes (.venv/, build/, node_modules/...) and the config's exclude (repeatable)."),
+    extend_exclude: Optional[list[str]] = typer.Option(None, "--extend-exclude", metavar="PATTERN", help="Skip these paths as well as the default or configured excludes (repeatable)."),
+    force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the excludes to paths named on the command line too (as pre-commit passes them)."),
     no_gitignore: bool = typer.Option(False, "--no-gitignore", help="Also migrate files that .gitignore ignores."),
     only_changed: bool = typer.Option(False, "--only-changed", help="With --out DIR: write only the files that change."),
     jobs: Optional[int] = typer.Option(None, "-j", "--jobs", metavar="N", help="Worker processes for many files (default: the CPU count)."),
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Read [tool.xla-migrate] from this pyproject.toml (default: the nearest one above the input)."),
-    output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="Report format on stderr: text, json or github (workflow annotations)."),
+    output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="Report format: text (stderr), json (stdout; not with --diff or --out -: use --report) or github (workflow annotations, stderr). With --list-rules: text or json."),
     report_path: Optional[str] = typer.Option(None, "--report", metavar="PATH", help="Also write the JSON report to PATH."),
-    list_rules: bool = typer.Option(False, "--list-rules", help="List the rules and exit."),
+    statistics: bool = typer.Option(False, "--statistics", help="Count the changes and findings per rule code instead of listing each."),
+    list_rules: bool = typer.Option(False, "--list-rules", help="List the rules and exit ('xla-migrate rule CODE' prints one)."),
     version: bool = typer.Option(False, "--version", help="Print the version and exit."),
-    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print errors and warnings only."),
+    quiet: int = typer.Option(0, "-q", "--quiet", count=True, show_default=False, help="Leave out the summary line; -qq: print errors only."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list every change."),
 ) -> None:
-    """Migrate CUDA PyTorch training scripts to PyTorch/XLA."""
     if version:
         print(f"xla-migrate {__version__}")
-        return
-    if list_rules:
-        _list_rules()
         return
     try:
         if output_format not in FORMATS:
             raise UsageError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
-        _OUTPUT.update(format=output_format, report=report_path)
-        inputs = [*(in_path or []), *(more_paths or [])]
-        settings = _settings(inputs, config, target, select, ignore, exclude)
+        if list_rules:
+            if output_format == "github":
+                raise UsageError("--list-rules --format: expected text or json")
+            _list_rules(output_format)
+            raise typer.Exit(EXIT_OK)
+        if output_format == "json" and (diff or out == "-"):
+            raise UsageError(f"--format json prints the report on stdout, where {'--diff' if diff else '--out -'} "
+                             "puts its output: write the report to a file with --report PATH instead")
+        if statistics and output_format != "text":
+            raise UsageError("--statistics is a text report; the JSON report (--format json) has every record")
+        _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics)
+        inputs = [*(in_path or []), *(paths or [])]
+        settings = _settings(inputs, config, target, select, ignore, exclude, extend_exclude)
         if distributed is not None:
             settings.distributed = distributed
+        ignorer = _ignorer(settings, not no_gitignore)
+        if force_exclude or settings.force_exclude:
+            inputs = _without_excluded(inputs, ignorer)
+            if inputs == []:
+                code = _nothing_to_migrate()
+                raise typer.Exit(code)
         if _is_single_file(inputs):
             code = _migrate_one(inputs[0] if inputs else None, out, in_place, diff, diff_file, check,
-                                settings.target, settings.select, settings.ignore, quiet, verbose,
+                                settings.target, settings.select, settings.ignore, verbose,
                                 settings.distributed)
         else:
-            code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, not no_gitignore,
-                                 only_changed, jobs, quiet, verbose)
+            code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer,
+                                 only_changed, jobs, verbose)
     except UsageError as error:
         _err(f"error: {error}", "red")
         code = EXIT_ERROR
+    except KeyboardInterrupt:  # one script: its output is written atomically, or not at all
+        _err("interrupted", "red")
+        code = EXIT_INTERRUPTED
+    except typer.Exit:
+        raise
     except Exception as error:  # a bug in xla-migrate: one line, and the traceback on request
         if os.environ.get("XLA_MIGRATE_DEBUG"):
             raise
@@ -217,7 +268,37 @@ def command(
     raise typer.Exit(code)
 
 
-def _settings(inputs, config_path, target, select, ignore, exclude):
+def _without_excluded(inputs: list[str], ignorer) -> list[str]:
+    """--force-exclude: drop the named paths the excludes match (stdin and globs are kept)."""
+    from .tree import force_excluded
+
+    return [path for path in inputs if path == "-" or not os.path.lexists(path) or not force_excluded(path, ignorer)]
+
+
+def _nothing_to_migrate() -> int:
+    """Every path given was excluded (pre-commit passing only excluded files): nothing to do, exit 0."""
+    if not _machine_report([]) and not _OUTPUT["quiet"]:
+        _err("0 files: every path given is excluded (--force-exclude)")
+    return EXIT_OK
+
+
+def _ignorer(settings, use_gitignore: bool):
+    """ruff's model: ``exclude`` (the defaults unless the config or --exclude replaces them) plus
+    ``extend-exclude`` (the config's and --extend-exclude), and ``.gitignore`` unless --no-gitignore."""
+    from .config import DEFAULT_EXCLUDE
+    from .tree import Ignorer
+
+    if settings.cli_exclude is not None:
+        excludes = [(None, settings.cli_exclude)]
+    elif settings.exclude is not None:
+        excludes = [(settings.config_dir, settings.exclude)]
+    else:
+        excludes = [(None, list(DEFAULT_EXCLUDE))]
+    excludes += [(settings.config_dir, settings.extend_exclude), (None, settings.cli_extend_exclude)]
+    return Ignorer(use_gitignore, excludes)
+
+
+def _settings(inputs, config_path, target, select, ignore, exclude, extend_exclude):
     """Command-line flags over ``[tool.xla-migrate]`` over the defaults."""
     from .config import ConfigError, Settings, find_config, load_config
 
@@ -232,7 +313,8 @@ def _settings(inputs, config_path, target, select, ignore, exclude):
         settings.select = _split_codes(select)
     if ignore:
         settings.ignore = _split_codes(ignore)
-    settings.cli_exclude = list(exclude or [])
+    settings.cli_exclude = list(exclude) if exclude else None
+    settings.cli_extend_exclude = list(extend_exclude or [])
     return settings
 
 
@@ -263,10 +345,10 @@ def _validate_rules(target: str, select: list[str], ignore: list[str]) -> None:
         raise UsageError(f"unknown rule code or prefix: {', '.join(unknown)} (see --list-rules)")
 
 
-def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, quiet, verbose,
+def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, verbose,
                  distributed=None) -> int:
     if in_path is None:
-        raise UsageError("missing --in PATH (the script to migrate)")
+        raise UsageError("missing PATH: the script, notebook or folder to migrate (see --help)")
     _validate_rules(target, select, ignore)
     destination = _check_paths(in_path, out, in_place, diff, check, diff_file)
     data = _read_input(in_path)
@@ -276,11 +358,13 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
                      path=label_in, out_path=label_out, distributed=distributed)
     if result.error is not None:
-        if _machine_report([result], quiet) or _OUTPUT["format"] == "github":
+        if _machine_report([result]) or _OUTPUT["format"] == "github":
+            if _OUTPUT["format"] == "json":
+                _err(f"error: {result.error.format(label_in)}", "red")
             return EXIT_ERROR
         raise UsageError(result.error.format(label_in))
     warning = result.release_warning(_installed_torch_xla())
-    if warning:
+    if warning and _OUTPUT["quiet"] < 2:
         _err(warning, "yellow")
     if diff_file:
         _write(Path(diff_file), _diff_bytes(result))
@@ -292,12 +376,12 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     elif destination is not None and (result.changed or not in_place):
         _write(Path(destination), result.output_bytes, mode_from=None if in_path == "-" else Path(in_path))
     _report(result, f"{label_in} -> {label_out}" if destination not in (None, "-", in_path) else label_in,
-            quiet, verbose)
+            verbose)
     return EXIT_CHANGES if check and result.changed else EXIT_OK
 
 
-def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, use_gitignore, only_changed, jobs,
-                  quiet, verbose) -> int:
+def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer, only_changed, jobs,
+                  verbose) -> int:
     from . import tree
 
     _validate_rules(settings.target, settings.select, settings.ignore)
@@ -317,9 +401,12 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, use_g
     mirror = out is not None and not single_notebook
     if mirror:
         if len(inputs) != 1 or not os.path.isdir(inputs[0]):
-            raise UsageError(f"--out {out}: mirrors one folder; pass exactly one --in DIR (or use --in-place)")
+            raise UsageError(f"--out {out}: mirrors one folder; pass exactly one input folder (or use --in-place)")
         if os.path.exists(out) and not os.path.isdir(out):
             raise UsageError(f"--out {out}: is a file, expected a folder to mirror {inputs[0]} into")
+        if not os.path.exists(out) and tree.kind_of(out) != "other":
+            raise UsageError(f"--out {out}: names a file, but {inputs[0]} is a folder: --out DIR mirrors it "
+                             "(or use --in-place)")
         if os.path.isdir(out) and _same_file(out, inputs[0]):
             raise UsageError(f"--out {out} is the input folder; pass --in-place to rewrite it")
     elif single_notebook and out is not None:
@@ -327,7 +414,6 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, use_g
             raise UsageError(f"--out {out}: is a directory, expected a file path")
         if _same_file(inputs[0], out):
             raise UsageError(f"--out {out} is the input file; pass --in-place to rewrite it")
-    ignorer = tree.Ignorer(use_gitignore, [(None, settings.cli_exclude), (settings.config_dir, settings.exclude)])
     try:
         found = tree.discover(inputs, ignorer, {os.path.realpath(out)} if mirror else set())
     except tree.DiscoveryError as error:
@@ -338,14 +424,17 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, use_g
                            write=not dry,
                            copy_others=not only_changed,
                            want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json")
-    with _progress(len(tasks), quiet) as progress:
-        outcomes = tree.run_all(tasks, options, jobs or os.cpu_count() or 1, progress)
+    try:
+        with _progress(len(tasks), _OUTPUT["quiet"]) as progress:
+            outcomes = tree.run_all(tasks, options, jobs or os.cpu_count() or 1, progress)
+    except tree.Interrupted as stop:
+        return _report_interrupted(stop, dry, verbose)
     patch = b"".join(o.diff for o in outcomes)
     if diff_file:
         _write(Path(diff_file), patch)
     if diff:
         _print_patch(patch)
-    _report_tree(outcomes, settings.target, dry, quiet, verbose)
+    _report_tree(outcomes, settings.target, dry, verbose)
     if any(o.error for o in outcomes):
         return EXIT_ERROR
     return EXIT_CHANGES if check and any(o.changed for o in outcomes) else EXIT_OK
@@ -375,7 +464,7 @@ def _tasks(found, out, mirror: bool, in_place: bool):
 class _progress:
     """A progress bar on stderr for a terminal and more than a few files; nothing when piped."""
 
-    def __init__(self, total: int, quiet: bool):
+    def __init__(self, total: int, quiet: int):
         self.total, self.bar = total, None
         self.show = not quiet and total > 8 and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
 
@@ -441,28 +530,20 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
     return results
 
 
-def _report_tree(outcomes, target: str, dry: bool, quiet: bool, verbose: bool) -> None:
+def _report_tree(outcomes, target: str, dry: bool, verbose: bool) -> None:
     from .targets import describe_releases, parse_version, release_fits
 
-    if _machine_report(_as_results(outcomes, target), quiet):
+    results = _as_results(outcomes, target)
+    if _machine_report(results):
+        for outcome in outcomes:  # stdout has the report; errors still say so to a person on stderr
+            if outcome.error:
+                _err(f"error: {outcome.error}", "red")
         return
-    if _OUTPUT["format"] == "github":
-        quiet, verbose = True, False  # the annotations said it; errors and the summary line follow
-    for outcome in outcomes:
-        if outcome.error:
-            _err(f"error: {outcome.error}", "red")
-        if quiet:
-            continue
-        if verbose:
-            for where, change in outcome.changes:
-                _err(f"{where}: {change.code} {change.message}")
-        for where, finding in outcome.findings:
-            _err(f"{where}: {finding.code} {finding.message}" + (f" (fix: {finding.fix})" if finding.fix else ""),
-                 "yellow")
-        if outcome.changed and outcome.kind != "other":
-            _err(f"{outcome.path}: {'would change' if dry else 'changed'} ({_plural(len(outcome.changes), 'change')})")
-        elif verbose and outcome.kind != "other" and not outcome.error:
-            _err(f"{outcome.path}: nothing to change")
+    quiet = _OUTPUT["quiet"]
+    github = _OUTPUT["format"] == "github"
+    _file_lines(outcomes, dry, verbose, records=not github and not _OUTPUT["statistics"])
+    if _OUTPUT["statistics"] and quiet < 2:
+        _records(results, verbose)
     changed = [o for o in outcomes if o.changed and o.kind != "other"]
     ranges = [o.releases for o in changed if o.releases]
     runs_on = ""
@@ -472,10 +553,10 @@ def _report_tree(outcomes, target: str, dry: bool, quiet: bool, verbose: bool) -
         high = min(highs) if highs else None
         runs_on = f"; output runs on {describe_releases(low, high)}"
         installed = _installed_torch_xla()
-        if installed and not release_fits(parse_version(installed), low, high):
+        if installed and not release_fits(parse_version(installed), low, high) and quiet < 2:
             _err(f"warning: torch_xla {installed} is installed here, but the {target} target's output needs "
                  f"{describe_releases(low, high)}", "yellow")
-    if quiet and _OUTPUT["format"] != "github":
+    if quiet:
         return
     scripts = [o for o in outcomes if o.kind != "other"]
     errors = sum(1 for o in outcomes if o.error)
@@ -487,11 +568,78 @@ def _report_tree(outcomes, target: str, dry: bool, quiet: bool, verbose: bool) -
          f"{_plural(errors, 'error')} (target {target}{runs_on})", "bold")
 
 
+def _file_lines(outcomes, dry: bool, verbose: bool, records: bool = True) -> None:
+    """Per file, in sorted order: its error, its findings (and changes with -v), whether it changed."""
+    quiet = _OUTPUT["quiet"]
+    for outcome in outcomes:
+        if outcome.error:
+            _err(f"error: {outcome.error}", "red")
+        if quiet >= 2 or _OUTPUT["format"] == "github":
+            continue  # the annotations said it; errors and the summary line follow
+        if records:
+            if verbose:
+                for where, change in outcome.changes:
+                    _err(f"{where}: {change.code} {change.message}")
+            for where, finding in outcome.findings:
+                _err(report.finding_text(where, finding), "yellow")
+        if outcome.changed and outcome.kind != "other":
+            _err(f"{outcome.path}: {'would change' if dry else 'changed'} ({_plural(len(outcome.changes), 'change')})")
+        elif verbose and outcome.kind != "other" and not outcome.error:
+            _err(f"{outcome.path}: nothing to change")
+
+
+def _report_interrupted(stop, dry: bool, verbose: bool) -> int:
+    """Ctrl-C in a tree run: what finished is reported (and kept on disk), then what was not reached."""
+    done = sorted(stop.outcomes, key=lambda o: o.path)
+    if _OUTPUT["format"] == "text":
+        _file_lines(done, dry, verbose)
+    written = sum(1 for o in done if o.written)
+    missing = sorted(task.path for task in stop.not_reached)
+    what = "nothing written" if dry else f"{_plural(written, 'file')} written"
+    _err(f"interrupted: {what}, {_plural(len(missing), 'file')} not reached"
+         + (" (run the same command again to finish)" if missing else ""), "red")
+    shown = missing if verbose or len(missing) <= 10 else missing[:10]
+    for path in shown:
+        _err(f"  not reached: {path}")
+    if len(shown) < len(missing):
+        _err(f"  ... and {len(missing) - len(shown)} more (-v lists them all)")
+    return EXIT_INTERRUPTED
+
+
 def _write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> None:
     try:
         write_atomically(path, data, mode_from=mode_from)
     except OSError as error:
         raise UsageError(f"{path}: cannot write: {error.strerror or error}") from None
+
+
+# xla-migrate rule CODE -------------------------------------------------------------------------------------
+rule_app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+                       context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@rule_app.command(help="Print a rule's documentation (what it does, why, an example), as ruff's 'rule'.")
+def rule(
+    code: str = typer.Argument(..., metavar="CODE", help="A rule code (XLA101) or name (cuda-device-to-xla).", show_default=False),
+    output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="text (Markdown) or json."),
+) -> None:
+    from .ruledocs import docs_path, find_rule, rule_page, rule_record
+
+    found = find_rule(code)
+    if output_format not in ("text", "json"):
+        _err(f"error: --format {output_format}: expected text or json", "red")
+        raise typer.Exit(EXIT_ERROR)
+    if found is None:
+        _err(f"error: unknown rule: {code} (xla-migrate --list-rules lists them)", "red")
+        raise typer.Exit(EXIT_ERROR)
+    if output_format == "json":
+        import json
+
+        print(json.dumps({**rule_record(found), "explanation": "\n".join(rule_page(found)).rstrip() + "\n"},
+                         indent=2))
+        return
+    print("\n".join(rule_page(found)).rstrip())
+    print(f"\nWith golden examples: {docs_path(found)} in the xla-migrate repository.")
 
 
 def run() -> None:

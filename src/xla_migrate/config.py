@@ -9,7 +9,16 @@ from pathlib import Path
 
 from .targets import DEFAULT_TARGET
 
-KEYS = ("target", "select", "ignore", "exclude", "distributed")
+KEYS = ("target", "select", "ignore", "exclude", "extend-exclude", "force-exclude", "distributed")
+
+# Skipped unless ``exclude`` (in the config or on the command line) replaces the list, as ruff's and black's
+# defaults are: virtual environments, installed packages, build output, caches. Folders only (a trailing
+# slash), so a file that happens to be called ``build`` or ``env`` is still copied by a mirror.
+DEFAULT_EXCLUDE = (
+    ".git/", ".hg/", ".svn/", ".venv/", "venv/", "env/", ".env/", "site-packages/", "node_modules/",
+    "__pypackages__/", "build/", "dist/", "__pycache__/", ".tox/", ".nox/", ".eggs/", "*.egg-info/",
+    ".ipynb_checkpoints/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".direnv/",
+)
 
 
 class ConfigError(Exception):
@@ -21,11 +30,16 @@ class Settings:
     target: str = DEFAULT_TARGET
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)  # gitignore patterns, relative to config_dir
+    # gitignore patterns, relative to config_dir; None: DEFAULT_EXCLUDE. ``exclude`` replaces the defaults,
+    # ``extend-exclude`` adds to them (ruff's two settings).
+    exclude: list[str] | None = None
+    extend_exclude: list[str] = field(default_factory=list)
+    force_exclude: bool = False  # exclusions apply to files named on the command line too
     distributed: bool | None = None  # True/False: --distributed/--single; None: detected per script
     config_path: Path | None = None
     config_dir: Path | None = None
-    cli_exclude: list[str] = field(default_factory=list)
+    cli_exclude: list[str] | None = None  # --exclude: replaces exclude (relative to the current folder)
+    cli_extend_exclude: list[str] = field(default_factory=list)  # --extend-exclude
 
 
 def _load_toml(path: Path) -> dict:
@@ -92,21 +106,29 @@ def load_config(path: Path) -> Settings:
         raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.xla-migrate]: "
                           f"{', '.join(unknown)} (known: {', '.join(KEYS)})")
     if "target" in table:
-        if not isinstance(table["target"], (str, float, int)) or isinstance(table["target"], bool):
-            raise ConfigError(f"{path}: [tool.xla-migrate] target must be a string such as \"2.9\"")
-        settings.target = str(table["target"])
-    for key in ("select", "ignore", "exclude"):
+        # A bare number is refused rather than converted: TOML reads 2.10 as the float 2.1.
+        if not isinstance(table["target"], str):
+            raise ConfigError(f"{path}: [tool.xla-migrate] target must be a string such as \"2.9\" "
+                              f"(got {_toml_type(table['target'])}: quote it)")
+        settings.target = table["target"]
+    for key in ("select", "ignore"):
+        if key in table:
+            setattr(settings, key, _codes(path, key, table[key]))
+    for key in ("exclude", "extend-exclude"):
         if key in table:
             value = table[key]
-            if key == "exclude":
-                value = [value] if isinstance(value, str) else value
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise ConfigError(f"{path}: [tool.xla-migrate] exclude must be a list of strings")
-                settings.exclude = list(value)
-            else:
-                setattr(settings, key, _codes(path, key, value))
-    if "distributed" in table:
-        if not isinstance(table["distributed"], bool):
-            raise ConfigError(f"{path}: [tool.xla-migrate] distributed must be true or false")
-        settings.distributed = table["distributed"]
+            value = [value] if isinstance(value, str) else value
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{path}: [tool.xla-migrate] {key} must be a list of strings")
+            setattr(settings, key.replace("-", "_"), list(value))
+    for key in ("distributed", "force-exclude"):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise ConfigError(f"{path}: [tool.xla-migrate] {key} must be true or false")
+            setattr(settings, key.replace("-", "_"), table[key])
     return settings
+
+
+def _toml_type(value) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a float", list: "an array", dict: "a table"}
+    return names.get(type(value), type(value).__name__)

@@ -266,7 +266,8 @@ class MigrationContext:
         if isinstance(scope, GlobalScope):
             body = list(self.module.body)
             for statement in body:
-                if not (patterns.is_docstring(statement) or patterns.is_import_line(statement)):
+                if not (patterns.is_docstring(statement) or patterns.is_import_line(statement)
+                        or patterns.is_ipython_placeholder(statement)):
                     return "before", statement
             return ("after", body[-1]) if body else None
         if isinstance(scope, FunctionScope) and isinstance(scope.node, cst.FunctionDef):

@@ -10,13 +10,15 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from .patterns import is_docstring, is_import_line, merge_carried_lines
+from .patterns import is_docstring, is_import_line, is_ipython_placeholder, merge_carried_lines
 
 
 def _insertion_index(body: list[cst.BaseStatement]) -> int:
     index = 0
     if body and is_docstring(body[0]):
         index = 1
+    while index < len(body) and is_ipython_placeholder(body[index]):
+        index += 1  # a notebook's leading `%pip install ...` / `!nvidia-smi` lines stay first
     last_import = None
     for position in range(index, len(body)):
         statement = body[position]

@@ -1,17 +1,28 @@
-"""Jupyter notebooks, cell by cell: each code cell migrates as its own script; outputs, metadata and other
-cells stay as they are. IPython lines (``%magic``, ``!shell``, ``x = !cmd``, ``obj?``) are masked with a
-placeholder statement before parsing and put back after; a cell magic (``%%bash``...) skips its cell."""
+"""Jupyter notebooks as one program: the code cells are joined in order (a marker statement between them),
+migrated as one script, so that what one cell defines is known in the next, and the result is split back
+into its cells; outputs, metadata and the other cells stay as they are. Imports the output needs go into
+the first code cell. IPython lines (``%magic``, ``!shell``, ``x = !cmd``, ``obj?``) are masked with a
+placeholder statement before parsing and put back after. A cell run by a cell magic (``%%bash``...) is left
+out, except ``%%time``, ``%%timeit`` and ``%%capture``, whose body is Python."""
 
 from __future__ import annotations
 
+import bisect
 import re
+from dataclasses import replace
 
 from .diff import unified_diff
+from .patterns import IPYTHON_PLACEHOLDER_COMMENT
 from .tree import mentions_a_trigger
 
 IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]|\?+[\w.]|[\w.]+\?+\s*$)")
-PLACEHOLDER = "pass  # xla-migrate:ipython:{}"
-PLACEHOLDER_RE = re.compile(r"^[ \t]*pass  # xla-migrate:ipython:(\d+)$")
+PLACEHOLDER = "pass  " + IPYTHON_PLACEHOLDER_COMMENT + "{}"
+PLACEHOLDER_RE = re.compile(r"^[ \t]*pass  " + re.escape(IPYTHON_PLACEHOLDER_COMMENT) + r"(\d+)$")
+# Between two cells of the joined program; a statement, not a comment, so that the imports the output needs
+# (added after the leading import block) stay in the first cell.
+CELL_MARKER = "pass  # xla-migrate:cell {}"
+CELL_MARKER_RE = re.compile(r"^pass  # xla-migrate:cell (\d+)$")
+PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture")
 
 
 def mask(source: str) -> tuple[str, list[str]]:
@@ -42,6 +53,65 @@ def _is_python(nb) -> bool:
     return str(language).lower() == "python"
 
 
+def _has_python(masked: str) -> bool:
+    """Whether a masked cell has code beyond IPython lines and comments (a `!pip install` cell has none)."""
+    return any(line.strip() and not line.lstrip().startswith("#") and not PLACEHOLDER_RE.match(line)
+               for line in masked.split("\n"))
+
+
+class _Program:
+    """The joined program and the way back: which program line is which cell's line."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.cells: list[int] = []  # cell numbers, in order
+        self.starts: list[int] = []  # program line (1-based) of each cell's first line
+        self.saved: dict[int, list[str]] = {}  # masked IPython lines per cell
+        self.trailing_newline: dict[int, bool] = {}
+
+    def add(self, number: int, masked: str, saved: list[str], trailing_newline: bool) -> None:
+        if self.cells:
+            self.lines.append(CELL_MARKER.format(number))
+        self.cells.append(number)
+        self.starts.append(len(self.lines) + 1)
+        self.lines += masked.split("\n")
+        self.saved[number], self.trailing_newline[number] = saved, trailing_newline
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+    def place(self, line: int | None) -> tuple[int | None, int | None]:
+        """(cell number, line within the cell) of a program line."""
+        if line is None:
+            return None, None
+        index = max(0, bisect.bisect_right(self.starts, line) - 1)
+        return self.cells[index], line - self.starts[index] + 1
+
+    def split(self, code: str) -> dict[int, str] | None:
+        """The migrated program back into cell sources; None if the markers are not all there, in order."""
+        lines = code.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        parts: dict[int, list[str]] = {self.cells[0]: []}
+        expected = iter(self.cells[1:])
+        current = self.cells[0]
+        following = next(expected, None)
+        for line in lines:
+            match = CELL_MARKER_RE.match(line)
+            if match:
+                if following is None or int(match.group(1)) != following:
+                    return None
+                current, following = following, next(expected, None)
+                parts[current] = []
+                continue
+            parts[current].append(line)
+        if following is not None:
+            return None
+        return {number: unmask("\n".join(body), self.saved[number]) + ("\n" if self.trailing_newline[number] else "")
+                for number, body in parts.items()}
+
+
 def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
     """Migrate ``data`` (a .ipynb file); fill ``outcome``; return the new bytes (``data`` when unchanged)."""
     import nbformat
@@ -65,40 +135,58 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         return data
     if not _is_python(nb):
         return data
-    changed = False
-    releases = []
+    program = _Program()
+    sources: dict[int, str] = {}
     for number, cell in enumerate(nb.cells, 1):
         if cell.cell_type != "code":
             continue
         source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
-        if not mentions_a_trigger(source.encode("utf-8")) or source.lstrip().startswith("%%"):
-            continue
-        masked, saved = mask(source)
-        result = migrate(masked, target=options.target, select=options.select, ignore=options.ignore,
-                         path=f"{task.path}:cell {number}", distributed=options.distributed)
-        where = f"{task.path}:cell {number}"
-        if result.error is not None:
-            at = f":line {result.error.line}" if result.error.line is not None else ""
-            outcome.error = f"{where}{at}: {result.error.message}"
-            outcome.input_error = result.error
-            return data
-        outcome.target = result.target
-        outcome.changes += [(f"{where}:line {c.line}", c) for c in result.changes]
-        outcome.findings += [(f"{where}:line {f.line}", f) for f in result.findings]
-        new_source = unmask(result.code, saved)
-        if new_source != source:
-            cell.source = new_source
+        first = source.lstrip().split("\n", 1)[0].split()
+        if first and first[0].startswith("%%") and first[0] not in PYTHON_CELL_MAGICS:
+            continue  # another language (%%bash, %%html...)
+        body = source[:-1] if source.endswith("\n") else source
+        masked, saved = mask(body)
+        if not _has_python(masked):
+            continue  # nothing to analyse; and the first code cell, where imports go, is one with code
+        program.add(number, masked, saved, source.endswith("\n"))
+        sources[number] = source
+    if not program.cells or not any(mentions_a_trigger(s.encode("utf-8")) for s in sources.values()):
+        return data
+    result = migrate(program.text, target=options.target, select=options.select, ignore=options.ignore,
+                     path=task.path, distributed=options.distributed)
+    if result.error is not None:
+        cell, line = program.place(result.error.line)
+        outcome.input_error = replace(result.error, cell=cell, line=line)
+        outcome.error = outcome.input_error.format(task.path)
+        return data
+    outcome.target = result.target
+    outcome.changes = [_in_cell(program, task.path, c) for c in result.changes]
+    outcome.findings = [_in_cell(program, task.path, f) for f in result.findings]
+    if not result.changed:
+        return data
+    new_sources = program.split(result.code)
+    if new_sources is None:  # a rule moved code across a cell boundary: refuse rather than guess
+        outcome.error = f"{task.path}: internal error in xla-migrate: the migrated code cannot be split back into its cells; please report it"
+        return data
+    changed = False
+    for number, new_source in new_sources.items():
+        if new_source != sources[number]:
+            nb.cells[number - 1].source = new_source
             changed = True
-            releases.append(result.releases)
     if not changed:
         return data
     nbformat.validate(nb)
     new_text = nbformat.writes(nb, version=nbformat.NO_CONVERT)
     if text.endswith("\n") and not new_text.endswith("\n"):
         new_text += "\n"
-    low = max(r[0] for r in releases)
-    highs = [r[1] for r in releases if r[1] is not None]
-    outcome.releases = (low, min(highs) if highs else None)
+    outcome.releases = result.releases
     if options.want_diff:
         outcome.diff = unified_diff(text, new_text, task.path, task.out_path or task.path).encode("utf-8")
     return new_text.encode("utf-8")
+
+
+def _in_cell(program: _Program, path: str, record):
+    """A change or finding at its cell and line within the cell, with the label the text report prints."""
+    cell, line = program.place(record.line)
+    moved = replace(record, cell=cell, line=line)
+    return f"{path}:cell {cell}:line {line}", moved

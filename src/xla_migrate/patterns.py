@@ -121,6 +121,17 @@ def is_docstring(statement: cst.CSTNode) -> bool:
             and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
+# The comment of the ``pass`` that stands for a masked IPython line in a notebook (notebooks.py).
+IPYTHON_PLACEHOLDER_COMMENT = "# xla-migrate:ipython:"
+
+
+def is_ipython_placeholder(statement: cst.CSTNode) -> bool:
+    """A notebook's masked ``%pip install ...`` / ``!nvidia-smi`` line: code added at the top goes after it."""
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Pass) and statement.trailing_whitespace.comment is not None
+            and statement.trailing_whitespace.comment.value.startswith(IPYTHON_PLACEHOLDER_COMMENT))
+
+
 def is_import_line(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)

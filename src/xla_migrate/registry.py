@@ -44,6 +44,22 @@ def select_rules(target: str, select: list[str] | None = None, ignore: list[str]
     return chosen
 
 
+def as_selectors(value: str | list[str] | tuple[str, ...] | None, argument: str) -> list[str] | None:
+    """``select=``/``ignore=`` as the library takes them: a code or prefix, a comma-separated string or a list
+    of them. Raises ValueError for another type or a code no rule has (a typo would silently select nothing)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{argument} must be a rule code or prefix, or a list of them (got {value!r})")
+    codes = [code.strip() for v in value for code in v.split(",") if code.strip()]
+    unknown = unknown_selectors(codes)
+    if unknown:
+        raise ValueError(f"{argument}: unknown rule code or prefix: {', '.join(unknown)}")
+    return codes
+
+
 def unknown_selectors(selectors: list[str]) -> list[str]:
     codes = [r.code for r in all_rules()]
     return [s for s in selectors if s.strip() and not any(c.startswith(s.strip().upper()) for c in codes)]

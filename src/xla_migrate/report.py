@@ -16,20 +16,53 @@ def summary(result: MigrationResult, label: str) -> str:
     return f"{label}: {what}, {need} (target {result.target}; output runs on {result.runs_on})"
 
 
+def where(path: str, record) -> str:
+    """``path:line:col``, or ``path:cell N:line L`` for a notebook's record (lines within the cell)."""
+    cell = getattr(record, "cell", None)
+    return f"{path}:cell {cell}:line {record.line}" if cell is not None else f"{path}:{record.line}:{record.column}"
+
+
 def change_lines(result: MigrationResult) -> list[str]:
-    return [f"{result.path}:{c.line}:{c.column}: {c.code} {c.message}" for c in result.changes]
+    return [f"{where(result.path, c)}: {c.code} {c.message}" for c in result.changes]
+
+
+def finding_text(location: str, finding) -> str:
+    """One finding for people; it ends with the command that documents its rule."""
+    fix = f" (fix: {finding.fix})" if finding.fix else ""
+    return f"{location}: {finding.code} {finding.message}{fix} [xla-migrate rule {finding.code}]"
 
 
 def finding_lines(result: MigrationResult) -> list[str]:
-    return [
-        f"{result.path}:{f.line}:{f.column}: {f.code} {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
-        for f in result.findings
-    ]
+    return [finding_text(where(result.path, f), f) for f in result.findings]
+
+
+def statistics_lines(results: list[MigrationResult]) -> list[str]:
+    """--statistics: one line per rule code, the most frequent first: count, code, name, what it was."""
+    from collections import Counter
+
+    from .registry import all_rules
+
+    names = {rule.code: rule.name for rule in all_rules()}
+    changes = Counter(c.code for r in results for c in r.changes)
+    findings = Counter(f.code for r in results for f in r.findings)
+    totals = changes + findings
+    if not totals:
+        return []
+    width = len(str(max(totals.values())))
+    name_width = max(len(names.get(code, "")) for code in totals)
+    lines = []
+    for code, total in sorted(totals.items(), key=lambda item: (-item[1], item[0])):
+        kinds = [f"{n} {word}{'' if n == 1 else 's'}"
+                 for n, word in ((changes[code], "change"), (findings[code], "finding")) if n]
+        lines.append(f"{total:>{width}}  {code}  {names.get(code, ''):<{name_width}}  {', '.join(kinds)}")
+    return lines
 
 
 # Machine-readable report ---------------------------------------------------------------------------------
 REPORT_SCHEMA = "xla-migrate-report"
-REPORT_VERSION = 1
+# Version 2 added ``cell`` (the notebook cell, counted from 1, markdown included; null for a script) to
+# changes, findings and errors.
+REPORT_VERSION = 2
 
 
 def file_report(result: MigrationResult) -> dict:
@@ -46,7 +79,8 @@ def file_report(result: MigrationResult) -> dict:
                     "below": format_version(high) if high else None},
         "changed": result.changed,
         "error": None if result.error is None else {
-            "message": result.error.message, "line": result.error.line, "column": result.error.column},
+            "message": result.error.message, "line": result.error.line, "column": result.error.column,
+            "cell": getattr(result.error, "cell", None)},
         "changes": [c.to_dict() for c in result.changes],
         "findings": [f.to_dict() for f in result.findings],
         "diff_stats": {"files": stats.files, "hunks": stats.hunks, "added": stats.added,
@@ -73,19 +107,29 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _annotation_place(path: str, record) -> tuple[str, str]:
+    """The ``file=,line=,col=`` properties and a message prefix. A notebook's lines are within a cell, not
+    lines of the .ipynb file GitHub shows, so a notebook annotation names the file and says the cell."""
+    cell = getattr(record, "cell", None)
+    if cell is not None:
+        return f"file={path}", f"cell {cell}, line {record.line}: "
+    if not record.line:
+        return f"file={path}", ""
+    return f"file={path},line={record.line},col={record.column or 1}", ""
+
+
 def github_annotations(result: MigrationResult) -> list[str]:
     """GitHub Actions workflow commands: errors, findings as warnings, changes as notices."""
     path = _escape_property(result.path)
     if result.error is not None:
-        where = f"file={path}" + (f",line={result.error.line},col={result.error.column or 1}"
-                                  if result.error.line else "")
-        return [f"::error {where},title=xla-migrate::{_escape_data(result.error.message)}"]
+        place, prefix = _annotation_place(path, result.error)
+        return [f"::error {place},title=xla-migrate::{_escape_data(prefix + result.error.message)}"]
     lines = []
     for finding in result.findings:
-        message = finding.message + (f" (fix: {finding.fix})" if finding.fix else "")
-        lines.append(f"::warning file={path},line={finding.line},col={finding.column},"
-                     f"title={finding.code}::{_escape_data(message)}")
+        place, prefix = _annotation_place(path, finding)
+        message = prefix + finding.message + (f" (fix: {finding.fix})" if finding.fix else "")
+        lines.append(f"::warning {place},title={finding.code}::{_escape_data(message)}")
     for change in result.changes:
-        lines.append(f"::notice file={path},line={change.line},col={change.column},"
-                     f"title={change.code}::{_escape_data(change.message)}")
+        place, prefix = _annotation_place(path, change)
+        lines.append(f"::notice {place},title={change.code}::{_escape_data(prefix + change.message)}")
     return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,13 +70,12 @@ class Ignorer:
     def excluded_by_pattern(self, path: Path, root: Path, is_dir: bool) -> bool:
         suffix = "/" if is_dir else ""
         for base, spec in self.excludes:
-            base = base or root
             try:
-                rel = path.relative_to(base).as_posix()
+                rel = path.relative_to(base or root).as_posix()
             except ValueError:
-                if base is not root:
+                if base is not None:  # outside the config's folder: its patterns say nothing about it
                     continue
-                rel = path.as_posix().lstrip("/")  # a named file outside the folder: its whole path
+                rel = path.as_posix().lstrip("/")  # a named file outside the current folder: its whole path
             if rel != "." and spec.match_file(rel + suffix):
                 return True
         return False
@@ -161,15 +161,22 @@ def walk(root: str, ignorer: Ignorer, skip: set[str] = frozenset(), pattern=None
     return found
 
 
+def force_excluded(path: str, ignorer: Ignorer) -> bool:
+    """``--force-exclude``: whether a path named on the command line matches an exclude pattern, itself or
+    through a folder above it (command-line patterns are relative to the current folder). As in ruff,
+    exclusions otherwise apply only to what a folder walk or a glob finds."""
+    # gitignore matching of "a/build/x.py" against "build/" covers the folders above the file.
+    return ignorer.excluded_by_pattern(Path(os.path.abspath(path)), Path(os.getcwd()), is_dir=os.path.isdir(path))
+
+
 def discover(specs: list[str], ignorer: Ignorer, skip: set[str] = frozenset()) -> list[Found]:
-    """Expand the ``--in`` paths: files as they are, folders walked, globs matched (``**`` for any depth)."""
+    """Expand the paths: files as they are, folders walked, globs matched (``**`` for any depth)."""
     found: list[Found] = []
     for spec in specs:
         if os.path.isdir(spec):
             found += walk(spec, ignorer, skip)
         elif os.path.lexists(spec):
-            if not ignorer.excluded_by_pattern(Path(os.path.abspath(spec)), Path(os.getcwd()), is_dir=False):
-                found.append(Found(spec, None, True))
+            found.append(Found(spec, None, True))  # named: migrated even if excluded (see force_excluded)
         elif GLOB_CHARS.search(spec):
             found += _glob(spec, ignorer, skip)
         else:
@@ -236,10 +243,90 @@ _OPTIONS: Options | None = None
 def init_worker(options: Options) -> None:
     global _OPTIONS
     _OPTIONS = options
+    _INTERRUPT.requested = _INTERRUPT.migrating = False
+    signal.signal(signal.SIGINT, _on_sigint)
 
 
 def process_chunk(tasks: list[Task]) -> list[Outcome]:
-    return [process(task, _OPTIONS) for task in tasks]
+    """The chunk's outcomes; after Ctrl-C only those that finished (the parent lists the rest)."""
+    done = []
+    for task in tasks:
+        if _INTERRUPT.requested:
+            break
+        try:
+            done.append(process(task, _OPTIONS))
+        except KeyboardInterrupt:
+            break
+    return done
+
+
+# Ctrl-C ------------------------------------------------------------------------------------------------------
+class Interrupted(Exception):
+    """Ctrl-C during ``run_all``: ``outcomes`` finished (their writes are complete), ``not_reached`` were not
+    started or were stopped before anything of theirs was written."""
+
+    def __init__(self, outcomes: list[Outcome], not_reached: list[Task]):
+        super().__init__(f"interrupted: {len(not_reached)} files not reached")
+        self.outcomes, self.not_reached = outcomes, not_reached
+
+
+class _InterruptState:
+    requested = False  # Ctrl-C seen: start no other file
+    migrating = False  # in pure computation (reading, migrating): safe to abandon at once
+
+
+_INTERRUPT = _InterruptState()
+
+
+def _on_sigint(signum, frame) -> None:
+    """SIGINT during a run: a file being migrated is abandoned at once, a write in progress finishes, and no
+    file starts after it, so every file is either completely written or untouched."""
+    _INTERRUPT.requested = True
+    if _INTERRUPT.migrating:
+        _INTERRUPT.migrating = False
+        raise KeyboardInterrupt
+
+
+class _Migrating:
+    """Marks the part of a file's work that Ctrl-C may abandon. Code inside can turn the KeyboardInterrupt
+    into another error, or swallow it (libcst does, here and there): whatever it became, a file whose
+    migration saw Ctrl-C is one that was not reached."""
+
+    def __enter__(self):
+        _INTERRUPT.migrating = True
+
+    def __exit__(self, *exc):
+        _INTERRUPT.migrating = False
+        if _INTERRUPT.requested:
+            raise KeyboardInterrupt
+        return False
+
+
+class _SigintHandled:
+    """Installs ``_on_sigint`` for the run (and for forked workers); off the main thread, Ctrl-C stays
+    Python's KeyboardInterrupt."""
+
+    def __enter__(self):
+        _INTERRUPT.requested = _INTERRUPT.migrating = False
+        try:
+            self.previous = signal.signal(signal.SIGINT, _on_sigint)
+        except ValueError:
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
+def _interrupt_workers(pool) -> None:
+    """Pass Ctrl-C on to the workers (a terminal sends it to them too; ``kill -INT`` reaches only us)."""
+    for worker in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            os.kill(worker.pid, signal.SIGINT)
+        except (OSError, AttributeError):
+            pass
 
 
 def process(task: Task, options: Options) -> Outcome:
@@ -255,18 +342,19 @@ def process(task: Task, options: Options) -> Outcome:
 
 def _process(task: Task, options: Options) -> Outcome:
     outcome = Outcome(task.path, task.kind, task.out_path, target=options.target)
-    try:
-        data = Path(task.path).read_bytes()
-    except OSError as error:
-        outcome.error = f"{task.path}: cannot read: {error.strerror or error}"
-        return outcome
-    output = data
-    if task.kind == "python" and mentions_a_trigger(data):
-        output = _migrate_python(task, data, options, outcome)
-    elif task.kind == "notebook":
-        from .notebooks import migrate_notebook
+    with _Migrating():  # Ctrl-C abandons this part at once; the write below always completes
+        try:
+            data = Path(task.path).read_bytes()
+        except OSError as error:
+            outcome.error = f"{task.path}: cannot read: {error.strerror or error}"
+            return outcome
+        output = data
+        if task.kind == "python" and mentions_a_trigger(data):
+            output = _migrate_python(task, data, options, outcome)
+        elif task.kind == "notebook":
+            from .notebooks import migrate_notebook
 
-        output = migrate_notebook(task, data, options, outcome)
+            output = migrate_notebook(task, data, options, outcome)
     if outcome.error is not None:
         output = data  # a mirror keeps the file as it was; in place nothing is written
     outcome.changed = output != data
@@ -316,39 +404,70 @@ def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome)
 
 # Running many ------------------------------------------------------------------------------------------------
 def run_all(tasks: list[Task], options: Options, jobs: int, progress=None) -> list[Outcome]:
-    """Migrate every task; ``jobs`` worker processes (1: in this process). Sorted by path."""
+    """Migrate every task; ``jobs`` worker processes (1: in this process). Sorted by path.
+
+    Ctrl-C stops the run promptly: pending files are not started, files being migrated are abandoned, writes
+    in progress complete; then ``Interrupted`` says what finished and what was not reached."""
     parse_work = [t for t in tasks if t.kind != "other"]
     jobs = max(1, min(jobs, len(parse_work)))
     outcomes: list[Outcome] = []
-    if jobs == 1:
-        for task in tasks:
-            outcomes.append(process(task, options))
-            if progress:
-                progress(1)
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        # Interleave big and small files so chunks cost about the same.
-        order = sorted(tasks, key=lambda t: _size(t.path), reverse=True)
-        count = max(jobs, min(len(order), jobs * 8))  # several chunks a worker: the last ones even out
-        chunks = [order[i::count] for i in range(count)]
-        from . import registry
-
-        registry.all_rules()  # import the rules once here: forked workers inherit them
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-        context = multiprocessing.get_context(method)
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=init_worker,
-                                 initargs=(options,)) as pool:
-            futures = [pool.submit(process_chunk, c) for c in chunks]
-            if progress:
-                progress(0, start=True)
-            for future in as_completed(futures):
-                done = future.result()
-                outcomes += done
+    with _SigintHandled():
+        if jobs == 1:
+            for task in tasks:
+                if _INTERRUPT.requested:
+                    break
+                try:
+                    outcomes.append(process(task, options))
+                except KeyboardInterrupt:
+                    break
                 if progress:
-                    progress(len(done))
+                    progress(1)
+        else:
+            outcomes = _run_in_workers(tasks, options, jobs, progress)
+        interrupted = _INTERRUPT.requested
+    if interrupted:
+        finished = {o.path for o in outcomes}
+        raise Interrupted(outcomes, [t for t in tasks if t.path not in finished])
     return sorted(outcomes, key=lambda o: o.path)
+
+
+def _run_in_workers(tasks: list[Task], options: Options, jobs: int, progress) -> list[Outcome]:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    outcomes: list[Outcome] = []
+    # Interleave big and small files so chunks cost about the same.
+    order = sorted(tasks, key=lambda t: _size(t.path), reverse=True)
+    count = max(jobs, min(len(order), jobs * 8))  # several chunks a worker: the last ones even out
+    chunks = [order[i::count] for i in range(count)]
+    from . import registry
+
+    registry.all_rules()  # import the rules once here: forked workers inherit them
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=init_worker,
+                             initargs=(options,)) as pool:
+        pending = {pool.submit(process_chunk, c) for c in chunks}
+        if progress:
+            progress(0, start=True)
+        while pending and not _INTERRUPT.requested:  # a timeout, so that Ctrl-C is seen between chunks
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for future in done:
+                finished = future.result()
+                outcomes += finished
+                if progress:
+                    progress(len(finished))
+        if _INTERRUPT.requested:
+            for future in pending:
+                future.cancel()
+            _interrupt_workers(pool)
+            for future in pending:
+                if not future.cancelled():
+                    try:
+                        outcomes += future.result()  # what the chunk finished before it stopped
+                    except BaseException:  # noqa: BLE001 - its files are then listed as not reached
+                        pass
+    return outcomes
 
 
 def _size(path: str) -> int:
