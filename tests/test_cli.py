@@ -313,7 +313,8 @@ def test_list_rules_as_json(tmp_path):
 
     assert [r["code"] for r in rules] == [r.code for r in all_rules()]
     first = rules[0]
-    assert set(first) == {"code", "name", "summary", "fix_safety", "targets", "source", "docs"}
+    assert set(first) == {"code", "name", "summary", "fix_safety", "targets", "on_xla_code", "source", "docs"}
+    assert first["on_xla_code"] is True  # XLA101 migrates CUDA remnants in code already on XLA
     assert first["docs"] == f"docs/rules/{first['code']}.md" and (ROOT / first["docs"]).is_file()
     assert (ROOT / first["source"]).is_file()
 
