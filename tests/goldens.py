@@ -1,5 +1,11 @@
 """Golden fixtures: ``fixtures/<CODE>/<case>.in.py`` with one ``<case>.out-<target>.py`` per target.
 
+Distributed cases (every case of a distributed rule's folder, XLA4xx, and each whole script the tool
+migrates as a distributed one) are also migrated in the data-parallel form that is not the target's default
+(DESIGN.md section 7): ``<case>.out-<target>.py`` is the target's default form (``ddp`` for ``2.9``, ``xm``
+for ``sagemaker``), ``<case>.out-<target>-<form>.py`` the other one where the target has it (so
+``.out-2.9-xm.py``; ``sagemaker`` has no ``ddp`` form).
+
 Rule folders (``XLA101``...) run that rule alone, so adding a rule never churns another rule's goldens;
 ``fixtures/scripts/`` holds whole scripts migrated by every rule. To (re)write expected outputs after a
 deliberate change, run ``python tests/goldens.py [FOLDER...]`` and review the diff before committing.
@@ -23,6 +29,8 @@ class Case:
     folder: str
     name: str
     target: str
+    # The data-parallel form, "" for the target's default.
+    form: str = ""
 
     @property
     def input(self) -> Path:
@@ -30,7 +38,12 @@ class Case:
 
     @property
     def expected(self) -> Path:
-        return FIXTURES / self.folder / f"{self.name}.out-{self.target}.py"
+        suffix = f"-{self.form}" if self.form else ""
+        return FIXTURES / self.folder / f"{self.name}.out-{self.target}{suffix}.py"
+
+    @property
+    def data_parallel(self) -> str | None:
+        return self.form or None
 
     @property
     def select(self) -> list[str] | None:
@@ -38,7 +51,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.folder}/{self.name}[{self.target}]"
+        return f"{self.folder}/{self.name}[{self.target}{'-' + self.form if self.form else ''}]"
 
 
 def golden_folders() -> list[Path]:
@@ -55,8 +68,31 @@ def cases(folders: list[str] | None = None) -> list[Case]:
         targets = _targets_of(folder.name, list(TARGETS))
         for source in sorted(folder.glob("*.in.py")):
             name = source.name[: -len(".in.py")]
-            found.extend(Case(folder.name, name, target) for target in targets)
+            distributed = _is_distributed(folder.name, source)
+            for target in targets:
+                found.append(Case(folder.name, name, target))
+                if distributed:
+                    found.extend(Case(folder.name, name, target, form) for form in _other_forms(TARGETS[target]))
     return found
+
+
+def _other_forms(target) -> list[str]:
+    from xla_migrate.targets import DATA_PARALLEL_FORMS, data_parallel_problem
+
+    return [form for form in DATA_PARALLEL_FORMS
+            if form != target.default_data_parallel and data_parallel_problem(target, form) is None]
+
+
+def _is_distributed(folder: str, source: Path) -> bool:
+    """The case's migration depends on the data-parallel form: a distributed rule's case (XLA4xx), or a
+    whole script the tool migrates as distributed."""
+    if folder.startswith("XLA4"):
+        return True
+    if folder != WHOLE_SCRIPTS:
+        return False
+    from xla_migrate import migrate
+
+    return bool(migrate(source.read_bytes(), target="2.9", path=source.name).data_parallel)
 
 
 def _targets_of(folder: str, all_targets: list[str]) -> list[str]:
@@ -74,7 +110,8 @@ def run_case(case: Case, source: bytes | None = None):
     from xla_migrate import migrate
 
     data = case.input.read_bytes() if source is None else source
-    return migrate(data, target=case.target, select=case.select, path=case.input.name)
+    return migrate(data, target=case.target, select=case.select, path=case.input.name,
+                   data_parallel=case.data_parallel)
 
 
 def regenerate(folders: list[str] | None) -> None:

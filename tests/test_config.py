@@ -67,7 +67,7 @@ def test_nearest_section_wins_and_sectionless_files_are_skipped(repo):
 
 @pytest.mark.parametrize(("body", "message"), [
     ('targett = "2.9"', "unknown key in [tool.xla-migrate]: targett (known: target, select, ignore, exclude, "
-                        "extend-exclude, force-exclude, distributed)"),
+                        "extend-exclude, force-exclude, distributed, data-parallel)"),
     # TOML reads 2.9 as a float (and 2.10 as 2.1): a wrong type, as the guide says, not a target.
     ('target = 2.9', '[tool.xla-migrate] target must be a string such as "2.9" (got a float: quote it)'),
     ('target = 3', '[tool.xla-migrate] target must be a string such as "2.9" (got an integer: quote it)'),

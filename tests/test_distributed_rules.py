@@ -86,7 +86,7 @@ def _index(lines: list[str], pattern: str) -> int:
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_order_backward_all_reduce_unscale_clip_step_barrier(target):
-    result = migrate(AMP_CLIP_DDP, target=target)
+    result = migrate(AMP_CLIP_DDP, target=target, data_parallel="xm")
     assert result.error is None
     lines = result.code.splitlines()
     backward = _index(lines, r"\.backward\(\)")
@@ -113,7 +113,7 @@ def test_order_backward_all_reduce_unscale_clip_step_barrier(target):
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_without_clipping_the_optimizer_step_reduces(target):
     source = AMP_CLIP_DDP.replace("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", "")
-    result = migrate(source, target=target)
+    result = migrate(source, target=target, data_parallel="xm")
     if target == "sagemaker":
         # A kept GradScaler unscales and checks the gradients in scaler.step: reduce before it.
         assert result.code.count("xm.all_reduce(") == 1 and "optimizer_step" not in result.code
@@ -131,7 +131,7 @@ def test_single_device_scripts_gain_nothing_distributed():
     assert not [c for c in result.changes if c.code.startswith("XLA4")]
     assert "_mp_fn" not in result.code and "all_reduce" not in result.code
     assert "xm.optimizer_step(optimizer)" in result.code
-    forced = migrate(source, target="2.9", distributed=True)
+    forced = migrate(source, target="2.9", distributed=True, data_parallel="xm")
     assert "def _mp_fn(index):" in forced.code
     assert "torch_xla.launch(_mp_fn, args=())" in forced.code
     assert forced.code.count("xm.all_reduce(") == 1
@@ -152,7 +152,7 @@ def test_migrate_file_passes_distributed_through(tmp_path):
 
 
 def test_reduction_without_xla406_is_left_to_the_optimizer_step():
-    result = migrate(AMP_CLIP_DDP, target="2.9", ignore=["XLA406"])
+    result = migrate(AMP_CLIP_DDP, target="2.9", ignore=["XLA406"], data_parallel="xm")
     assert "all_reduce" not in result.code
     assert "xm.optimizer_step(optimizer)" in result.code
 

@@ -25,7 +25,7 @@ def test_golden_output(case):
 def test_golden_output_is_idempotent_and_parses(case):
     output = case.expected.read_bytes()
     cst.parse_module(output)
-    again = migrate(output, target=case.target, select=case.select)
+    again = migrate(output, target=case.target, select=case.select, data_parallel=case.data_parallel)
     assert again.error is None
     assert again.output_bytes == output, f"second migration changed the output:\n{again.diff}"
     assert again.changes == []

@@ -26,22 +26,29 @@ def rule_page(rule) -> str:
         lines += [f"`fixtures/{rule.code}/`: " + ", ".join(f"`{c.name[:-6]}`" for c in cases) + ".", ""]
         first = cases[0]
         name = first.name[: -len(".in.py")]
-        for target in rule.targets:
-            out = first.with_name(f"{name}.out-{target}.py")
+        # Each target's default data-parallel form, then the other form where the fixtures have it
+        # (``.out-2.9-xm.py``: tests/goldens.py).
+        variants = [(target, "") for target in rule.targets] + [
+            (target, form) for target in rule.targets for form in ("ddp", "xm")
+            if first.with_name(f"{name}.out-{target}-{form}.py").exists()]
+        for target, form in variants:
+            out = first.with_name(f"{name}.out-{target}{'-' + form if form else ''}.py")
             if not out.exists():
                 continue
+            flags = f"--target {target}" + (f" --data-parallel {form}" if form else "")
             diff = unified_diff(first.read_text(), out.read_text(), first.name, out.name)
             if diff:
                 diff = diff[diff.index("--- "):]  # the hunks only, without git's copy header
-                lines += [f"`{name}` with `--target {target}`:", "", "```diff", diff.rstrip("\n"), "```", ""]
+                lines += [f"`{name}` with `{flags}`:", "", "```diff", diff.rstrip("\n"), "```", ""]
             else:
-                result = migrate(first.read_bytes(), target=target, select=[rule.code], path=first.name)
+                result = migrate(first.read_bytes(), target=target, select=[rule.code], path=first.name,
+                                 data_parallel=form or None)
                 report = [f"{first.name}:{f.line}:{f.column}: {f.code} {f.message}" for f in result.findings]
                 if report:
-                    lines += [f"`{name}` with `--target {target}` leaves the code as it is and reports:", "",
+                    lines += [f"`{name}` with `{flags}` leaves the code as it is and reports:", "",
                               "```text", *report, "```", ""]
                 else:
-                    lines += [f"`{name}` with `--target {target}` leaves the code as it is and reports nothing.", ""]
+                    lines += [f"`{name}` with `{flags}` leaves the code as it is and reports nothing.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from . import engine, registry
 from .diff import DiffStats, diff_stats, unified_diff
 from .records import Change, Finding, InputError
-from .targets import DEFAULT_TARGET, Version, describe_releases, get_target, parse_version, release_fits, runs_on
+from .targets import (DEFAULT_TARGET, Version, data_parallel_problem, describe_releases, get_target, parse_version,
+                      release_fits, runs_on)
 
 
 @dataclass
@@ -32,6 +33,9 @@ class MigrationResult:
     releases: tuple[Version, Version | None] = ((1, 13), None)
     encoding: str = "utf-8"
     output_bytes: bytes = b""
+    # The data-parallel form the script was migrated to, "ddp" or "xm" (DESIGN.md section 7); "" for a
+    # single-device script, where no form applies.
+    data_parallel: str = ""
 
     @property
     def ok(self) -> bool:
@@ -75,7 +79,8 @@ class MigrationResult:
     def _summary_line(self) -> str:
         if self.error is not None:
             return f"error: {self.error.format(self.path)}"
-        return (f"target {self.target} (output runs on {self.runs_on}): {len(self.changes)} changes, "
+        form = f", data parallel {self.data_parallel}" if self.data_parallel else ""
+        return (f"target {self.target}{form} (output runs on {self.runs_on}): {len(self.changes)} changes, "
                 f"{len(self.findings)} findings need a human")
 
     def _repr_html_(self) -> str:
@@ -110,8 +115,9 @@ class MigrationResult:
         changes = len(self.changes)
         what = f"{changes} change{'' if changes == 1 else 's'}" if self.changed else "nothing to change"
         findings = len(self.findings)
+        form = f", data parallel {self.data_parallel}" if self.data_parallel else ""
         return (f"<MigrationResult {self.path}: {what}, {findings} finding{'' if findings == 1 else 's'}; "
-                f"target {self.target}, output runs on {self.runs_on}>")
+                f"target {self.target}{form}, output runs on {self.runs_on}>")
 
 
 def migrate(
@@ -122,6 +128,7 @@ def migrate(
     path: str = "script.py",
     out_path: str | None = None,
     distributed: bool | None = None,
+    data_parallel: str | None = None,
 ) -> MigrationResult:
     """Migrate one script's source. Bytes keep the file's encoding, BOM and line endings exactly.
 
@@ -130,7 +137,12 @@ def migrate(
     ``init_process_group``, ``DistributedSampler``, torchrun's environment variables, ``mp.spawn``).
 
     ``select``/``ignore``: rule codes or prefixes (``"XLA1"``, ``"XLA101,XLA2"`` or a list); a code no rule
-    has raises ValueError, since it is a mistake in the call rather than in the script."""
+    has raises ValueError, since it is a mistake in the call rather than in the script.
+
+    ``data_parallel``: the form a distributed script takes (DESIGN.md section 7): ``"ddp"`` keeps
+    torch.distributed and DDP on torch_xla's ``xla`` process group (targets of torch_xla 2.1 or later),
+    ``"xm"`` is the seeds' recipe (no DDP; ``xm.optimizer_step``, ``xmp.spawn``). None: the target's default
+    (``ddp`` for ``2.9``, ``xm`` for ``sagemaker``). A form the target cannot use is an error result."""
     select = registry.as_selectors(select, "select")
     ignore = registry.as_selectors(ignore, "ignore")
     data = source.encode("utf-8") if isinstance(source, str) else source
@@ -143,6 +155,11 @@ def migrate(
         result.error = InputError(str(error))
         return result
     result.target = target_spec.name
+    form = target_spec.default_data_parallel if data_parallel is None else data_parallel
+    problem = data_parallel_problem(target_spec, form)
+    if problem is not None:
+        result.error = InputError(problem)
+        return result
     module = engine.parse(data)
     if isinstance(module, InputError):
         result.error = module
@@ -150,13 +167,14 @@ def migrate(
     result.source = result.code = data.decode(module.encoding)
     result.encoding = module.encoding
     output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore),
-                                 distributed=distributed)
+                                 distributed=distributed, data_parallel=form)
     # Untouched input is returned as it came, even where libcst would not reprint it byte for byte.
     if output.code != module.code:
         result.code = output.code
         result.output_bytes = output.output_bytes
     result.changes = output.changes
     result.findings = output.findings
+    result.data_parallel = form if output.distributed else ""
     result.releases = runs_on(target_spec, output.concepts) if output.concepts else runs_on(
         target_spec, set(target_spec.spellings))
     return result

@@ -202,6 +202,7 @@ def command(
     select: Optional[list[str]] = typer.Option(None, "--select", metavar="CODES", help="Only these rule codes or prefixes (comma-separated)."),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", metavar="CODES", help="Skip these rule codes or prefixes (comma-separated)."),
     distributed: Optional[bool] = typer.Option(None, "--distributed/--single", help="Migrate as a multi-replica (distributed) or a single-device script (default: detected per script)."),
+    data_parallel: Optional[str] = typer.Option(None, "--data-parallel", metavar="FORM", help="Form of a distributed script: ddp (torch.distributed and DDP on the xla process group; torch_xla 2.1+) or xm (the seeds' recipe: xm.optimizer_step, xmp.spawn). Default: ddp for the 2.9 target, xm for sagemaker."),
     exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="PATTERN", help="Skip paths matching this gitignore-style pattern, in place of the default excludes (.venv/, build/, node_modules/...) and the config's exclude (repeatable)."),
     extend_exclude: Optional[list[str]] = typer.Option(None, "--extend-exclude", metavar="PATTERN", help="Skip these paths as well as the default or configured excludes (repeatable)."),
     force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the excludes to paths named on the command line too (as pre-commit passes them)."),
@@ -238,6 +239,8 @@ def command(
         settings = _settings(inputs, config, target, select, ignore, exclude, extend_exclude)
         if distributed is not None:
             settings.distributed = distributed
+        if data_parallel is not None:
+            settings.data_parallel = data_parallel
         ignorer = _ignorer(settings, not no_gitignore)
         if force_exclude or settings.force_exclude:
             inputs = _without_excluded(inputs, ignorer)
@@ -247,7 +250,7 @@ def command(
         if _is_single_file(inputs):
             code = _migrate_one(inputs[0] if inputs else None, out, in_place, diff, diff_file, check,
                                 settings.target, settings.select, settings.ignore, verbose,
-                                settings.distributed)
+                                settings.distributed, settings.data_parallel)
         else:
             code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer,
                                  only_changed, jobs, verbose)
@@ -332,31 +335,35 @@ def _is_single_file(inputs: list[str]) -> bool:
     return os.path.lexists(path) or not GLOB_CHARS.search(path)
 
 
-def _validate_rules(target: str, select: list[str], ignore: list[str]) -> None:
+def _validate_rules(target: str, select: list[str], ignore: list[str], data_parallel: str | None = None) -> None:
     from .registry import unknown_selectors
-    from .targets import get_target
+    from .targets import data_parallel_problem, get_target
 
     try:
-        get_target(target)
+        target_spec = get_target(target)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    if data_parallel is not None:
+        problem = data_parallel_problem(target_spec, data_parallel)
+        if problem is not None:
+            raise UsageError(problem)
     unknown = unknown_selectors(select + ignore)
     if unknown:
         raise UsageError(f"unknown rule code or prefix: {', '.join(unknown)} (see --list-rules)")
 
 
 def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, verbose,
-                 distributed=None) -> int:
+                 distributed=None, data_parallel=None) -> int:
     if in_path is None:
         raise UsageError("missing PATH: the script, notebook or folder to migrate (see --help)")
-    _validate_rules(target, select, ignore)
+    _validate_rules(target, select, ignore, data_parallel)
     destination = _check_paths(in_path, out, in_place, diff, check, diff_file)
     data = _read_input(in_path)
     label_in = "stdin" if in_path == "-" else in_path
     named_out = out if out not in (None, "-") else None
     label_out = named_out or label_in
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
-                     path=label_in, out_path=label_out, distributed=distributed)
+                     path=label_in, out_path=label_out, distributed=distributed, data_parallel=data_parallel)
     if result.error is not None:
         if _machine_report([result]) or _OUTPUT["format"] == "github":
             if _OUTPUT["format"] == "json":
@@ -384,7 +391,7 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
                   verbose) -> int:
     from . import tree
 
-    _validate_rules(settings.target, settings.select, settings.ignore)
+    _validate_rules(settings.target, settings.select, settings.ignore, settings.data_parallel)
     if "-" in inputs:
         raise UsageError("stdin ('-') cannot be combined with other inputs")
     if in_place and out is not None:
@@ -421,6 +428,7 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
     tasks = _tasks(found, out, mirror, in_place)
     dry = diff or check
     options = tree.Options(settings.target, settings.select or None, settings.ignore or None, settings.distributed,
+                           settings.data_parallel,
                            write=not dry,
                            copy_others=not only_changed,
                            want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json")
@@ -434,7 +442,7 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
         _write(Path(diff_file), patch)
     if diff:
         _print_patch(patch)
-    _report_tree(outcomes, settings.target, dry, verbose)
+    _report_tree(outcomes, settings.target, dry, verbose, settings.data_parallel)
     if any(o.error for o in outcomes):
         return EXIT_ERROR
     return EXIT_CHANGES if check and any(o.changed for o in outcomes) else EXIT_OK
@@ -518,7 +526,8 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
         changed = outcome.changed
         result = MigrationResult(source="", code="\n" if changed else "", target=outcome.target or target,
                                  path=outcome.path, out_path=outcome.out_path,
-                                 changes=[c for _, c in outcome.changes], findings=[f for _, f in outcome.findings])
+                                 changes=[c for _, c in outcome.changes], findings=[f for _, f in outcome.findings],
+                                 data_parallel=outcome.data_parallel)
         if outcome.releases:
             result.releases = outcome.releases
         if outcome.error:
@@ -530,8 +539,8 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
     return results
 
 
-def _report_tree(outcomes, target: str, dry: bool, verbose: bool) -> None:
-    from .targets import describe_releases, parse_version, release_fits
+def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel: str | None = None) -> None:
+    from .targets import describe_releases, get_target, parse_version, release_fits
 
     results = _as_results(outcomes, target)
     if _machine_report(results):
@@ -563,9 +572,12 @@ def _report_tree(outcomes, target: str, dry: bool, verbose: bool) -> None:
     changes = sum(len(o.changes) for o in scripts)
     findings = sum(len(o.findings) for o in scripts)
     need = "needs" if findings == 1 else "need"
+    form = ""
+    if any(o.data_parallel for o in scripts):
+        form = f"; data parallel {data_parallel or get_target(target).default_data_parallel}"
     _err(f"{_plural(len(scripts), 'file')}: {len(changed)} {'would change' if dry else 'changed'} "
          f"({_plural(changes, 'change')}), {_plural(findings, 'finding')} {need} a human, "
-         f"{_plural(errors, 'error')} (target {target}{runs_on})", "bold")
+         f"{_plural(errors, 'error')} (target {target}{form}{runs_on})", "bold")
 
 
 def _file_lines(outcomes, dry: bool, verbose: bool, records: bool = True) -> None:

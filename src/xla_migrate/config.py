@@ -9,7 +9,9 @@ from pathlib import Path
 
 from .targets import DEFAULT_TARGET
 
-KEYS = ("target", "select", "ignore", "exclude", "extend-exclude", "force-exclude", "distributed")
+KEYS = ("target", "select", "ignore", "exclude", "extend-exclude", "force-exclude", "distributed", "data-parallel")
+# Also accepted: the key spelled as the Python keyword argument (``migrate(..., data_parallel=...)``).
+KEY_SPELLINGS = {"data_parallel": "data-parallel"}
 
 # Skipped unless ``exclude`` (in the config or on the command line) replaces the list, as ruff's and black's
 # defaults are: virtual environments, installed packages, build output, caches. Folders only (a trailing
@@ -36,6 +38,7 @@ class Settings:
     extend_exclude: list[str] = field(default_factory=list)
     force_exclude: bool = False  # exclusions apply to files named on the command line too
     distributed: bool | None = None  # True/False: --distributed/--single; None: detected per script
+    data_parallel: str | None = None  # "ddp" / "xm" (--data-parallel); None: the target's default
     config_path: Path | None = None
     config_dir: Path | None = None
     cli_exclude: list[str] | None = None  # --exclude: replaces exclude (relative to the current folder)
@@ -101,6 +104,11 @@ def load_config(path: Path) -> Settings:
         return settings
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.xla-migrate] must be a table")
+    for spelling, key in KEY_SPELLINGS.items():
+        if spelling in table:
+            if key in table:
+                raise ConfigError(f"{path}: [tool.xla-migrate] has both {key} and {spelling}: keep one")
+            table = {(key if k == spelling else k): v for k, v in table.items()}
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.xla-migrate]: "
@@ -121,6 +129,13 @@ def load_config(path: Path) -> Settings:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: [tool.xla-migrate] {key} must be a list of strings")
             setattr(settings, key.replace("-", "_"), list(value))
+    if "data-parallel" in table:
+        from .targets import DATA_PARALLEL_FORMS
+
+        if table["data-parallel"] not in DATA_PARALLEL_FORMS:
+            raise ConfigError(f"{path}: [tool.xla-migrate] data-parallel must be one of "
+                              f"{', '.join(repr(f) for f in DATA_PARALLEL_FORMS)}")
+        settings.data_parallel = table["data-parallel"]
     for key in ("distributed", "force-exclude"):
         if key in table:
             if not isinstance(table[key], bool):

@@ -76,7 +76,8 @@ class Edits:
 
 
 class MigrationContext:
-    def __init__(self, wrapper: cst.MetadataWrapper, target: Target, distributed: bool | None = None) -> None:
+    def __init__(self, wrapper: cst.MetadataWrapper, target: Target, distributed: bool | None = None,
+                 data_parallel: str | None = None) -> None:
         self.module = wrapper.module
         self.target = target
         resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ScopeProvider, ParentNodeProvider])
@@ -87,6 +88,9 @@ class MigrationContext:
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
         # Distributed mode: forced by the caller (--distributed / --single), else detected by the facts pass.
         self.distributed: bool = self.facts.distributed if distributed is None else distributed
+        # The data-parallel form (DESIGN.md section 7): "ddp" keeps torch.distributed and DDP on the xla
+        # process group, "xm" rebuilds the script on torch_xla's collectives (the seeds' recipe).
+        self.data_parallel: str = target.default_data_parallel if data_parallel is None else data_parallel
         self.edits = Edits()
         self.changes: list[Change] = []
         self.findings: list[Finding] = []
@@ -279,6 +283,16 @@ class MigrationContext:
                 return "after", first
             return "before", first
         return None
+
+    @property
+    def ddp_form(self) -> bool:
+        """A distributed migration in the ddp form: torch.distributed stays, on the xla backend."""
+        return self.distributed and self.data_parallel == "ddp"
+
+    @property
+    def xm_form(self) -> bool:
+        """A distributed migration in the xm form (the seeds' recipe)."""
+        return self.distributed and self.data_parallel == "xm"
 
     # Recording -------------------------------------------------------------------------------------------
     def record_change(self, code: str, node: cst.CSTNode, message: str) -> Change:

@@ -34,6 +34,8 @@ class PipelineOutput:
     changes: list[Change]
     findings: list[Finding]
     concepts: set[str]
+    # The script was migrated as a distributed one (the data-parallel form applied to it).
+    distributed: bool = False
 
 
 def check_input(data: bytes) -> InputError | None:
@@ -127,10 +129,11 @@ def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
 
 
 def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
-                 distributed: bool | None = None) -> PipelineOutput:
-    """``distributed``: True/False force the distributed or single-device migration; None detects it."""
+                 distributed: bool | None = None, data_parallel: str | None = None) -> PipelineOutput:
+    """``distributed``: True/False force the distributed or single-device migration; None detects it.
+    ``data_parallel``: "ddp" or "xm" (None: the target's default)."""
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    ctx = MigrationContext(wrapper, target, distributed=distributed)
+    ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel)
     if ctx.facts.runs_on_xla:
         rules = [rule for rule in rules if rule.on_xla_code]
     if rules:
@@ -149,6 +152,7 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         changes=sorted(ctx.changes),
         findings=sorted(ctx.findings),
         concepts=ctx.concepts,
+        distributed=ctx.distributed,
     )
 
 

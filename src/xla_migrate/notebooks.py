@@ -153,13 +153,15 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
     if not program.cells or not any(mentions_a_trigger(s.encode("utf-8")) for s in sources.values()):
         return data
     result = migrate(program.text, target=options.target, select=options.select, ignore=options.ignore,
-                     path=task.path, distributed=options.distributed)
+                     path=task.path, distributed=options.distributed,
+                     data_parallel=options.data_parallel)
     if result.error is not None:
         cell, line = program.place(result.error.line)
         outcome.input_error = replace(result.error, cell=cell, line=line)
         outcome.error = outcome.input_error.format(task.path)
         return data
     outcome.target = result.target
+    outcome.data_parallel = result.data_parallel
     outcome.changes = [_in_cell(program, task.path, c) for c in result.changes]
     outcome.findings = [_in_cell(program, task.path, f) for f in result.findings]
     if not result.changed:

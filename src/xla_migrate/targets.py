@@ -57,6 +57,9 @@ class Target:
     has_grad_scaler: bool = True
     autocast_dtype: str | None = None
     aliases: tuple[str, ...] = field(default=())
+    # The data-parallel form a distributed script gets unless --data-parallel says otherwise (DESIGN.md
+    # section 7): "ddp" keeps torch.distributed and DDP on the xla process group, "xm" is the seeds' recipe.
+    default_data_parallel: str = "xm"
 
     def spelling(self, concept: str) -> Spelling:
         try:
@@ -91,6 +94,19 @@ def api_releases() -> dict[str, tuple[str, Spelling]]:
     return table
 
 
+DATA_PARALLEL_FORMS = ("ddp", "xm")
+
+
+def data_parallel_problem(target: Target, form: str) -> str | None:
+    """Why ``form`` cannot be used with ``target`` (one line), or None."""
+    if form not in DATA_PARALLEL_FORMS:
+        return f"--data-parallel {form}: unknown form (known: {', '.join(DATA_PARALLEL_FORMS)})"
+    if form == "ddp" and "xla_process_group" not in target.spellings:
+        return (f"--data-parallel ddp needs torch_xla 2.1 or later (xla://); the {target.name} target emits the "
+                f"torch_xla {format_version(target.generation)} API: use --data-parallel xm or --target 2.9")
+    return None
+
+
 def describe_releases(low: Version, high: Version | None) -> str:
     if high is None:
         return f"torch_xla >= {format_version(low)}"
@@ -123,6 +139,7 @@ _SEEDS = {
     "syncfree": Spelling("{syncfree}.{0}"),
     # Hugging Face TrainingArguments(optim=...): the syncfree AdamW on XLA (transformers' name for it).
     "hf_xla_optim": Spelling('"adamw_torch_xla"'),
+    "all_gather": Spelling("{xm}.all_gather"),
 }
 
 _CURRENT = {
@@ -136,6 +153,9 @@ _CURRENT = {
     "autocast": Spelling('{torch}.autocast("xla", dtype={torch}.bfloat16)', since=(2, 1)),
     # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state).
     "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("xla", enabled=False)', since=(2, 3)),
+    # The ddp form: torch.distributed on torch_xla's process group (``import torch_xla.distributed.xla_backend``
+    # registers the "xla" backend and the xla:// init method, both 2.1+). Only targets of 2.1 or later have it.
+    "xla_process_group": Spelling('"xla", init_method="xla://"', since=(2, 1)),
 }
 del _CURRENT["grad_scaler"]
 
@@ -155,6 +175,7 @@ TARGETS: dict[str, Target] = {
         generation=(2, 9),
         has_grad_scaler=False,
         autocast_dtype="bfloat16",
+        default_data_parallel="ddp",
     ),
 }
 

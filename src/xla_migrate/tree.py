@@ -207,6 +207,7 @@ class Options:
     select: list[str] | None
     ignore: list[str] | None
     distributed: bool | None  # None: detected per script
+    data_parallel: str | None  # "ddp" / "xm"; None: the target's default
     write: bool  # write outputs (a mirror or in place); False for --diff/--check
     copy_others: bool  # a mirror copies what it does not change (not with --only-changed)
     want_diff: bool
@@ -235,6 +236,7 @@ class Outcome:
     diff: bytes = b""
     releases: tuple | None = None
     target: str = ""
+    data_parallel: str = ""  # the form a distributed script was migrated to ("" for a single-device one)
 
 
 _OPTIONS: Options | None = None
@@ -386,13 +388,15 @@ def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome)
     from .api import migrate
 
     result = migrate(data, target=options.target, select=options.select, ignore=options.ignore,
-                     path=task.path, out_path=task.out_path or task.path, distributed=options.distributed)
+                     path=task.path, out_path=task.out_path or task.path, distributed=options.distributed,
+                     data_parallel=options.data_parallel)
     outcome.parsed = True
     if result.error is not None:
         outcome.error = result.error.format(task.path)
         outcome.input_error = result.error
         return data
     outcome.target = result.target
+    outcome.data_parallel = result.data_parallel
     outcome.changes = [(f"{task.path}:{c.line}:{c.column}", c) for c in result.changes]
     outcome.findings = [(f"{task.path}:{f.line}:{f.column}", f) for f in result.findings]
     if result.changed:

@@ -9,7 +9,7 @@ What it does:
     and its uses are rewritten: ``scaler.scale(loss)`` -> ``loss``,
     ``scaler.unscale_(opt)`` and ``scaler.update()`` removed, ``scaler.step(opt)`` -> the target's optimizer
     step (``xm.optimizer_step(opt)``; ``opt.step()`` in a distributed loop whose gradients XLA406 already
-    all-reduced). When anything else still touches the scaler (``state_dict()`` in a checkpoint,
+    all-reduced, or in the ddp data-parallel form, where DDP reduces). When anything else still touches the scaler (``state_dict()`` in a checkpoint,
     ``load_state_dict``, ``get_scale()``, ``is_enabled()``, passing it on), the assignment stays, as a
     scaler that scales nothing (``torch.amp.GradScaler("xla", enabled=False)``), so those uses keep
     working, and each is reported with its line.
@@ -187,15 +187,17 @@ class GradScalerToXla(Rule):
                 return True
             return False
         if method == "step" and len(args) == 1 and len(positional) == 1:
-            if explicitly_reduced_step(self.ctx, node):
-                # XLA406 all-reduced the gradients after the backward: step without a second reduction.
+            if explicitly_reduced_step(self.ctx, node) or self.ctx.ddp_form:
+                # XLA406 all-reduced the gradients after the backward, or DDP did in the backward (the ddp
+                # form): step without a second reduction.
                 def plain_step(updated: cst.Call) -> cst.Call:
                     receiver = parenthesized_for_attribute(updated.args[0].value)
                     return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name("step")),
                                     lpar=updated.lpar, rpar=updated.rpar)
 
+                by = "DDP" if self.ctx.ddp_form else "XLA406"
                 self.replace(node, plain_step, f"{short(node)} -> {short(plain_step(node))} (gradients "
-                             "already all-reduced by XLA406)")
+                             f"already all-reduced by {by})")
                 return True
             step = cst.parse_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))
             assert isinstance(step, cst.Call)

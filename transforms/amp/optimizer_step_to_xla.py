@@ -12,7 +12,9 @@ What it does:
     Scripts that build an ``accelerate.Accelerator`` are left alone: the prepared optimizer all-reduces on
     XLA itself (XLA605).
     In a distributed loop whose gradients XLA406 all-reduces explicitly (they are clipped or read before the
-    step) the step stays ``optimizer.step()``: the gradients are reduced exactly once.
+    step) the step stays ``optimizer.step()``: the gradients are reduced exactly once. So it does in a
+    distributed script migrated in the ddp data-parallel form (``--data-parallel ddp``), where DDP on the
+    ``xla`` process group reduces them during the backward.
 
 Why:
     ``xm.optimizer_step`` all-reduces the gradients across replicas before stepping (a no-op on one device),
@@ -59,6 +61,8 @@ class OptimizerStepToXla(Rule):
         spelling = patterns.dotted_name(method.value)
         if spelling is None or not self._is_optimizer(spelling, method.value):
             return
+        if self.ctx.ddp_form:
+            return  # DDP all-reduced the gradients in the backward: xm.optimizer_step would reduce again
         if explicitly_reduced_step(self.ctx, node):
             # XLA406 all-reduces this loop's gradients right after the backward: a second reduction here
             # would run one more collective per step (distributed_common decides for both rules).

@@ -15,6 +15,11 @@ What it does:
       accumulating else nullcontext``) -> ``contextlib.nullcontext``.
     - ``nn.SyncBatchNorm.convert_sync_batchnorm(model)`` is reported.
 
+    In the ddp data-parallel form (``--data-parallel ddp``, the ``2.9`` target's default) the wrapper stays,
+    on the ``xla`` process group (XLA404): ``DDP(model, device_ids=[local_rank], output_device=local_rank)``
+    -> ``DDP(model, gradient_as_bucket_view=True)`` (the CUDA device options go; the others stay), and
+    ``model.module`` and ``no_sync()`` keep working as written.
+
 Why:
     The seeds' distributed form keeps no DDP wrapper: each replica runs the plain model and the gradients
     are all-reduced by ``xm.optimizer_step`` (or the explicit ``xm.all_reduce`` of XLA406). DDP needs a
@@ -36,8 +41,10 @@ import libcst as cst
 from xla_migrate import patterns
 from xla_migrate.facts import DDP
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.common import imported_from, short
+from xla_migrate.transforms.common import imported_from, joined, keyword_arg, short
 
+# DDP options that name CUDA devices: dropped in the ddp form (torch_xla's DDP example passes none).
+CUDA_DEVICE_OPTIONS = ("device_ids", "output_device")
 SYNC_BATCHNORM = ("torch.nn.SyncBatchNorm.convert_sync_batchnorm",
                   "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm")
 
@@ -57,12 +64,16 @@ class DdpToXla(Rule):
         if not self.ctx.distributed:
             return
         names = self.ctx.qualnames(node.func)
-        if names & set(DDP):
+        if names & set(DDP) and self.ctx.ddp_form:
+            self._on_xla(node)
+        elif names & set(DDP):
             self._unwrap(node, sorted(names & set(DDP))[0])
         elif names & set(SYNC_BATCHNORM):
             self.finding(node, f"{short(node)}: SyncBatchNorm synchronises batch statistics through a CUDA "
                          "process group", "remove it (each replica normalises its own batch) or reduce the "
                          "statistics with xm.all_reduce")
+        elif self.ctx.ddp_form:
+            return  # the wrapper stays: model.module and no_sync() keep working
         elif self._is_module_getattr(node):
             self._handled.add(node)
             self.replace(node, lambda updated: updated.args[0].value.with_changes(
@@ -71,6 +82,29 @@ class DdpToXla(Rule):
             context = self.ctx.local_name("contextlib", "contextlib")
             new = cst.parse_expression(f"{context}.nullcontext()")
             self.replace(node, new, f"{short(node)} -> {context}.nullcontext(): no DDP wrapper to hold back")
+
+    def _on_xla(self, node: cst.Call) -> None:
+        """The ddp form: ``DDP(model, device_ids=[r], output_device=r)`` -> ``DDP(model,
+        gradient_as_bucket_view=True)``; its other options stay."""
+        cuda_only = [a for a in node.args if a.keyword is not None and a.keyword.value in CUDA_DEVICE_OPTIONS]
+        positional = patterns.positional(node)
+        if len(positional) > 1:  # DDP(module, device_ids, output_device, ...): device ids by position
+            cuda_only += positional[1:3]
+        has_view = patterns.keyword(node, "gradient_as_bucket_view") is not None
+        if not cuda_only and has_view:
+            return
+        dropped = [a.keyword.value if a.keyword else ("device_ids", "output_device")[i]
+                   for i, a in enumerate(cuda_only)]
+        kept = [a for a in node.args if a not in cuda_only]
+        added = [] if has_view else [keyword_arg("gradient_as_bucket_view", cst.Name("True"))]
+        indexes = [node.args.index(a) for a in kept]
+
+        def on_xla(updated: cst.Call) -> cst.Call:
+            return updated.with_changes(args=joined([updated.args[i] for i in indexes] + added))
+
+        what = [f"{', '.join(dropped)} dropped (XLA devices are not CUDA device ids)"] if dropped else []
+        what += [] if has_view else ["gradient_as_bucket_view=True (gradients share DDP's buckets: no copy)"]
+        self.replace(node, on_xla, f"{short(node)}: DDP on the xla process group: {'; '.join(what)}")
 
     def _unwrap(self, node: cst.Call, qualname: str) -> None:
         module = patterns.positional(node)[:1] or [a for a in node.args if a.keyword and a.keyword.value == "module"]
@@ -122,7 +156,7 @@ class DdpToXla(Rule):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         """``model.module if hasattr(model, "module") else model`` -> ``model``."""
-        if not self.ctx.distributed:
+        if not self.ctx.xm_form:
             return
         test, body, orelse = node.test, node.body, node.orelse
         if not (isinstance(test, cst.Call) and self.ctx.is_call_to(test, "builtins.hasattr") and len(test.args) == 2
@@ -136,9 +170,9 @@ class DdpToXla(Rule):
                      f"{short(node)} -> {name}: no DDP wrapper")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if self.ctx.distributed and node.attr.value == "no_sync" and self._is_wrapper(node.value):
+        if self.ctx.xm_form and node.attr.value == "no_sync" and self._is_wrapper(node.value):
             self._no_sync_reference(node)
-        if not self.ctx.distributed or node.attr.value != "module" or node in self._handled:
+        if not self.ctx.xm_form or node.attr.value != "module" or node in self._handled:
             return
         if not self._is_wrapper(node.value):
             return

@@ -47,7 +47,7 @@ class DistAllReduceToXm(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        if not ctx.distributed or common.dist_call(ctx, node, "all_reduce") is None:
+        if not ctx.xm_form or common.dist_call(ctx, node, "all_reduce") is None:
             return
         statement = ctx.parent(node)
         positional = patterns.positional(node)

@@ -9,7 +9,9 @@ What it does:
     A rank used as a CUDA device index (``model.to(local_rank)``, ``x.to(args.gpu)``) becomes the XLA
     device. Reads inside a ``rank == 0`` guard that XLA402 rewrites are left to it. ``dist.get_rank(group)``
     (a process group) and a ``--local_rank`` command-line option (torch.distributed.launch's) are
-    reported. Single-device scripts are left alone.
+    reported. Single-device scripts are left alone. In the ddp data-parallel form (``--data-parallel ddp``,
+    the ``2.9`` target's default) the process group stays, so the ranks are left as written; only a rank
+    used as a device index becomes the XLA device.
 
 Why:
     Under ``xmp.spawn`` / ``torch_xla.launch`` nothing sets torchrun's environment variables, and without
@@ -49,8 +51,8 @@ class DistributedRanks(Rule):
         common.register(ctx, self.code)
 
     def _read(self, node: cst.BaseExpression) -> None:
-        if not self.ctx.distributed:
-            return
+        if not self.ctx.xm_form:
+            return  # the ddp form keeps the process group: env ranks and dist.get_rank() work as written
         concept = common.rank_read(self.ctx, node)
         if concept is None:
             return
@@ -77,13 +79,15 @@ class DistributedRanks(Rule):
         if not self.ctx.distributed:
             return
         self._read(node)
+        self._device_index(node)
+        if not self.ctx.xm_form:
+            return
         self._local_rank_argument(node)
         name = common.dist_call(self.ctx, node, *common.DIST_CONCEPTS)
         if name is not None and node.args:
             self.finding(node, f"{short(node)}: a rank in a process group has no XLA ordinal form",
                          "use xm.get_ordinal() / xm.xrt_world_size() over all replicas, or xm collectives "
                          "with groups=")
-        self._device_index(node)
 
     def _local_rank_argument(self, node: cst.Call) -> None:
         """``parser.add_argument("--local_rank", ...)``: torch.distributed.launch passed it; no XLA launcher does."""

@@ -58,8 +58,8 @@ class DistributedSampler(Rule):
         self._trained: set[str] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.ctx.distributed:
-            return
+        if not self.ctx.xm_form:
+            return  # the ddp form keeps the process group: samplers read it as written
         names = self.ctx.qualnames(node.func)
         if names & set(DISTRIBUTED_SAMPLERS):
             self._sampler(node)

@@ -64,6 +64,8 @@ class DistributedSeed(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         if not self.ctx.distributed or not self._models:
             return
+        if self.ctx.ddp_form and any(self.ctx.qualnames(m.func) & set(DDP) for m in self._models):
+            return  # DDP stays (the ddp form): it broadcasts rank 0's weights when it wraps the model
         where = self._models[0]
         guard = self.ctx.facts.main_guard
         launchers = [guard] if guard is not None else []

@@ -59,10 +59,11 @@ class GradientAllReduce(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        common.register(ctx, self.code)
+        if not ctx.ddp_form:  # in the ddp form DDP reduces the gradients during the backward
+            common.register(ctx, self.code)
 
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.ctx.distributed:
+        if not self.ctx.xm_form:
             return
         for decision in common.reductions(self.ctx):
             if not decision.already_reduced:

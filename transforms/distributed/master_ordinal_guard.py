@@ -49,8 +49,8 @@ class MasterOrdinalGuard(Rule):
         common.register(ctx, self.code)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
-        if not self.ctx.distributed:
-            return
+        if not self.ctx.xm_form:
+            return  # the ddp form keeps the process group, and with it the script's ranks
         guard = common.master_guard(self.ctx, node)
         if guard is None:
             return

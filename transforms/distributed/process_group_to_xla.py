@@ -10,6 +10,12 @@ What it does:
     - ``dist.is_initialized()`` -> ``xm.xrt_world_size() > 1`` (``xr.world_size() > 1`` on ``2.9``): the
       code it guarded ran when the script ran on several workers.
 
+    In the ddp form (``--data-parallel ddp``, the ``2.9`` target's default) the process group stays, on
+    torch_xla's backend: ``dist.init_process_group("nccl", init_method="env://", world_size=w, rank=r)`` ->
+    ``dist.init_process_group("xla", init_method="xla://")`` with ``import torch_xla.distributed.xla_backend``
+    (``xla://`` derives the rank and world size; other keywords such as ``timeout=`` stay). Barriers,
+    ``is_initialized()``, collectives and ``destroy_process_group()`` keep working as written.
+
     In a script that is distributed but migrated with ``--single`` nothing distributed is rewritten, and
     one finding says so. ``torch.cuda.set_device(local_rank)`` is removed by XLA102.
 
@@ -19,7 +25,9 @@ Why:
     ``xm.all_reduce``, XLA406), which need no process group: ``xmp.spawn`` / ``torch_xla.launch`` set up
     the replicas. Keeping ``init_process_group("xla", init_method="xla://")`` (torch_xla 2.1+, with
     ``import torch_xla.distributed.xla_backend``) would work on ``2.9`` but does nothing for this script
-    and does not exist in the seeds' API generation; removing it is the form that runs on both targets.
+    and does not exist in the seeds' API generation; removing it is the xm form. The ddp form keeps DDP
+    (XLA405), which needs the process group: torch_xla's ``xla`` backend runs its collectives on the XLA
+    devices, and ``xla://`` (torch_xla 2.1+) works under torchrun and the XLA launcher alike.
     A script that keeps other ``torch.distributed`` collectives gets a finding for each (``all_reduce`` is
     XLA410's; XLA900 reports the ``"nccl"`` string when the call cannot be removed).
 
@@ -49,6 +57,9 @@ REMOVED = {
 }
 # torch.distributed functions a guard may test without side effects.
 _GUARDS = ("is_initialized", "is_available", "is_nccl_available", "is_torchelastic_launched")
+# init_process_group arguments xla:// derives (or that name another rendezvous): dropped in the ddp form.
+DERIVED = ("backend", "init_method", "world_size", "rank", "store")
+XLA_BACKEND = "torch_xla.distributed.xla_backend"
 # Other torch.distributed collectives: reported, their XLA form is an xm collective.
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "reduce",
                "reduce_scatter", "gather", "scatter", "all_to_all", "send", "recv", "new_group",
@@ -76,6 +87,10 @@ class ProcessGroupToXla(Rule):
         name = common.dist_call(ctx, node, *REMOVED, "barrier", "is_initialized", *COLLECTIVES)
         if name is None:
             return
+        if ctx.ddp_form:
+            if name == "init_process_group":
+                self._on_xla_backend(node)
+            return  # the process group stays: helpers and collectives work as written
         if name == "all_reduce" and common.active(ctx, "XLA410"):
             return  # XLA410 rewrites it (or reports it)
         statement = ctx.parent(node)
@@ -99,6 +114,22 @@ class ProcessGroupToXla(Rule):
                          "[tensor]) reduces in place)")
             return
         common.free_imports(self, node)
+
+    def _on_xla_backend(self, node: cst.Call) -> None:
+        """``init_process_group(<any backend>, ...)`` -> ``init_process_group("xla", init_method="xla://")``."""
+        kept = [a for a in node.args if a.keyword is not None and a.keyword.value not in DERIVED and not a.star]
+        dropped = [a for a in node.args if a not in kept]
+        if any(a.star for a in node.args):
+            self.finding(node, f"{short(node)}: unpacked arguments", 'call init_process_group("xla", '
+                         'init_method="xla://") (import torch_xla.distributed.xla_backend first)')
+            return
+        arguments = self.ctx.spell("xla_process_group")
+        extra = "".join(f", {patterns.code_of(a.keyword)}={patterns.code_of(a.value)}" for a in kept)
+        new_args = cst.parse_expression(f"f({arguments}{extra})").args
+        self.ctx.imports.add((XLA_BACKEND, None))
+        self.replace(node, lambda updated: updated.with_changes(args=new_args),
+                     f"{short(node)} -> the xla process group ({arguments}"
+                     f"{'; ' + ', '.join(_arg_name(a) for a in dropped) + ' dropped: xla:// derives them' if dropped else ''})")
 
     def _removable_if(self, statement: cst.Expr) -> cst.If | None:
         """The ``if`` around ``statement`` when it is the only thing it does and its test only asks
@@ -133,3 +164,7 @@ class ProcessGroupToXla(Rule):
             self.remove(owner, f"{message} (with the `if` around it)")
         else:
             self.remove(statement, message)
+
+
+def _arg_name(arg: cst.Arg) -> str:
+    return arg.keyword.value if arg.keyword is not None else patterns.code_of(arg.value)
