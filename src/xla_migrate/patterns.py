@@ -18,7 +18,13 @@ def string_value(node: cst.BaseExpression) -> str | None:
 
 
 def is_cuda_string(node: cst.BaseExpression) -> bool:
-    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``."""
+    """``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"cuda:{}".format(gpu)``, ``"cuda:%d" % rank``."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+        template = string_value(node.left)
+        return template is not None and template.startswith("cuda:")
+    if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format"
+            and string_value(node.func.value) is not None):
+        return string_value(node.func.value).startswith("cuda:")
     value = string_value(node)
     if value is not None:
         return value == "cuda" or value.startswith("cuda:")

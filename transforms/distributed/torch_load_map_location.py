@@ -2,7 +2,7 @@
 
 What it does:
     Rewrites the ``map_location`` of ``torch.load`` when it names a CUDA device: ``"cuda"``, ``"cuda:0"``,
-    ``f"cuda:{rank}"``, ``torch.device("cuda", rank)``, ``{"cuda:0": f"cuda:{rank}"}``, or a
+    ``f"cuda:{rank}"``, ``"cuda:{}".format(gpu)``, ``"cuda:%d" % rank``, ``torch.device("cuda", rank)``, ``{"cuda:0": f"cuda:{rank}"}``, or a
     ``lambda storage, loc: storage.cuda(rank)`` -> ``map_location="cpu"``. When the loaded value goes into
     ``load_state_dict`` (directly, or through the name it is assigned to) nothing else is needed: loading
     a state dict copies each tensor onto the device of the parameter it fills. Otherwise a finding says to
