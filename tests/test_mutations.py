@@ -91,7 +91,8 @@ EXACT = {"crlf": crlf, "no-final-newline": no_final_newline, "cookie": cookie, "
 
 
 def _migrate(text: str, case) -> str:
-    result = migrate(text.encode("utf-8"), target=case.target, select=case.select)
+    result = migrate(text.encode("utf-8"), target=case.target, select=case.select,
+                     data_parallel=case.data_parallel)
     assert result.error is None, result.error
     return result.code
 
@@ -115,5 +116,6 @@ def test_mutations_carry_through(case):
 def test_bom_is_kept_and_nothing_else_moves():
     for case in CASES[:20]:
         data = case.input.read_bytes()
-        result = migrate(b"\xef\xbb\xbf" + data, target=case.target, select=case.select)
+        result = migrate(b"\xef\xbb\xbf" + data, target=case.target, select=case.select,
+                         data_parallel=case.data_parallel)
         assert result.output_bytes == b"\xef\xbb\xbf" + case.expected.read_bytes()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from . import patterns
 from .context import Edits, FixedReplacement, MigrationContext
 from .patterns import leading_blank_lines, merge_carried_lines
 from .records import Change
@@ -70,6 +71,9 @@ class EditApplier(cst.CSTTransformer):
                 # A one-line suite (``if x: y()``) that loses every statement keeps a ``pass``; the last
                 # statement kept loses the semicolon that separated it from a removed one.
                 kept = [*kept[:-1], kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)] if kept else [cst.Pass()]
+                if isinstance(original, cst.SimpleStatementSuite) and kept[0] is not None and not any(
+                        o not in self.removed for o in original.body):
+                    self._drop_emptied_if(original)
                 result = result.with_changes(body=kept)
                 changed = True
         if isinstance(original, _BLOCKS):
@@ -109,6 +113,7 @@ class EditApplier(cst.CSTTransformer):
         if not changed:
             return updated, False
         if isinstance(updated, cst.IndentedBlock) and not body:
+            self._drop_emptied_if(original)
             body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
             carried = []
         result = updated.with_changes(body=body)
@@ -117,6 +122,14 @@ class EditApplier(cst.CSTTransformer):
         if carried:
             result = result.with_changes(footer=[*carried, *updated.footer])
         return result, True
+
+    def _drop_emptied_if(self, block: cst.CSTNode) -> None:
+        """``if ddp: model = DDP(model)`` whose whole body was removed goes too, rather than stay as
+        ``if ddp: pass``, when it has no ``else`` and its test has no side effects."""
+        owner = self.ctx.parent(block)
+        if (isinstance(owner, cst.If) and owner.body is block and owner.orelse is None
+                and patterns.is_pure(owner.test) and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))):
+            self.removed.add(owner)
 
     def _overlap(self, change: Change, winner: Change | None) -> None:
         self.overlaps.append((change, winner))

@@ -117,6 +117,22 @@ def fill(template: cst.CSTNode, value: cst.BaseExpression) -> cst.CSTNode:
     return template.visit(_Fill(value))
 
 
+def is_pure(node: cst.BaseExpression) -> bool:
+    """An expression that can be evaluated or dropped without side effects: names, attributes, constants,
+    and comparisons, boolean operations and ``not`` of them (no calls, subscripts or walruses)."""
+    if isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Attribute):
+        return is_pure(node.value)
+    if isinstance(node, cst.UnaryOperation):
+        return is_pure(node.expression)
+    if isinstance(node, cst.BooleanOperation):
+        return is_pure(node.left) and is_pure(node.right)
+    if isinstance(node, cst.Comparison):
+        return is_pure(node.left) and all(is_pure(c.comparator) for c in node.comparisons)
+    return False
+
+
 def code_of(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 

@@ -9,7 +9,7 @@ What it does:
       ``find_unused_parameters``, ``broadcast_buffers``...) goes with it.
     - ``model.module`` (on a name bound to a DDP wrapper, or with that name elsewhere, e.g. a function's
       ``model`` parameter) -> ``model``; ``model.module if hasattr(model, "module") else model`` and
-      ``getattr(model, "module", model)`` -> ``model``.
+      ``getattr(model, "module", model)`` and ``model.module if ddp else model`` -> ``model``.
     - ``with model.no_sync():`` -> ``with contextlib.nullcontext():`` (gradient accumulation: without DDP no
       step reduces before the optimizer step anyway); ``model.no_sync`` itself (``ctx = model.no_sync if
       accumulating else nullcontext``) -> ``contextlib.nullcontext``.
@@ -159,6 +159,14 @@ class DdpToXla(Rule):
         if not self.ctx.xm_form:
             return
         test, body, orelse = node.test, node.body, node.orelse
+        name = patterns.dotted_name(orelse)
+        if (name is not None and patterns.dotted_name(body) == f"{name}.module" and self._is_wrapper(orelse)
+                and patterns.is_pure(test)):
+            # raw_model = model.module if ddp else model: both branches are the model once DDP goes.
+            self._handled.add(body)
+            self.replace(node, lambda updated: updated.orelse.with_changes(lpar=updated.lpar, rpar=updated.rpar),
+                         f"{short(node)} -> {name}: no DDP wrapper (both branches are the model)")
+            return
         if not (isinstance(test, cst.Call) and self.ctx.is_call_to(test, "builtins.hasattr") and len(test.args) == 2
                 and patterns.string_value(test.args[1].value) == "module"):
             return

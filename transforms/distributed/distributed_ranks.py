@@ -9,7 +9,12 @@ What it does:
     A rank used as a CUDA device index (``model.to(local_rank)``, ``x.to(args.gpu)``) becomes the XLA
     device. Reads inside a ``rank == 0`` guard that XLA402 rewrites are left to it. ``dist.get_rank(group)``
     (a process group) and a ``--local_rank`` command-line option (torch.distributed.launch's) are
-    reported. Single-device scripts are left alone. In the ddp data-parallel form (``--data-parallel ddp``,
+    reported. Launcher flags (``ddp = int(os.environ.get("RANK", -1)) != -1``, ``os.environ.get("RANK") is
+    not None``, ``"WORLD_SIZE" in os.environ``) become ``xm.xrt_world_size() > 1`` (``== 1`` for the
+    negated forms): true exactly when more than one XLA process runs. A rank or world size read before the
+    launch (at module level, or as an argparse default in the ``__main__`` block, of a script whose
+    ``__main__`` block starts the workers) is reported, not rewritten: the launcher's process has no
+    ordinal. Single-device scripts are left alone. In the ddp data-parallel form (``--data-parallel ddp``,
     the ``2.9`` target's default) the process group stays, so the ranks are left as written; only a rank
     used as a device index becomes the XLA device.
 
@@ -35,6 +40,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate import patterns
+from xla_migrate.facts import TORCHRUN_VARIABLES, environment_variable
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.distributed import distributed_common as common
 from xla_migrate.transforms.common import short
@@ -49,15 +55,24 @@ class DistributedRanks(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         common.register(ctx, self.code)
+        # Environment reads that are part of a launcher flag this rule rewrites as a whole.
+        self._flag_reads: set[cst.CSTNode] = set()
 
     def _read(self, node: cst.BaseExpression) -> None:
         if not self.ctx.xm_form:
             return  # the ddp form keeps the process group: env ranks and dist.get_rank() work as written
         concept = common.rank_read(self.ctx, node)
-        if concept is None:
+        if concept is None or node in self._flag_reads:
             return
         outer = common.outer_int(self.ctx, node)
         if self._in_master_guard(outer):
+            return
+        if self._before_launch(node):
+            spelled = self.ctx.target.spelling(concept).template.format(xm="xm", xr="xr")
+            self.finding(outer, f"{short(outer)} is read before the launch, in the launcher's process: the XLA "
+                         "launcher sets no torchrun variables there, and reading the XLA ordinal there would "
+                         "start the runtime before the spawn (\"Runtime is already initialized\")",
+                         f"read {spelled} inside the worker (in main or _mp_fn) and use that value")
             return
         new = self.ctx.spell_expression(concept)
         self.replace(outer, lambda updated: new.with_changes(lpar=updated.lpar, rpar=updated.rpar),
@@ -65,12 +80,61 @@ class DistributedRanks(Rule):
         if isinstance(node, cst.Call):
             common.free_imports(self, node)
 
+    def _before_launch(self, node: cst.CSTNode) -> bool:
+        """A read at module level (an argparse default in the ``__main__`` block, a global) in a script whose
+        ``__main__`` block launches the workers: it runs in the launcher's process, before the spawn."""
+        if self.ctx.facts.main_guard is None:
+            return False  # a module-level script: its top level is the worker (XLA407 wraps or reports it)
+        from libcst.metadata import GlobalScope
+
+        return isinstance(self.ctx.function_scope(node), GlobalScope)
+
     def _in_master_guard(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)
         if isinstance(parent, cst.ComparisonTarget):
             parent = self.ctx.parent(parent)
         return (isinstance(parent, cst.Comparison) and common.active(self.ctx, "XLA402")
                 and common.master_guard(self.ctx, parent) is not None)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        """Launcher flags: ``int(os.environ.get("RANK", -1)) != -1``, ``os.environ.get("RANK") is not None``,
+        ``"WORLD_SIZE" in os.environ`` ask whether torchrun started the script. Under the XLA launcher those
+        variables are unset (the first is always False, a rewritten read always True), so the flag becomes
+        the test it meant: more than one XLA process runs."""
+        if not self.ctx.xm_form or len(node.comparisons) != 1:
+            return
+        target = node.comparisons[0]
+        operator, right = target.operator, target.comparator
+        positive = None
+        read = None
+        if isinstance(operator, (cst.In, cst.NotIn)) and "os.environ" in self.ctx.qualnames(right):
+            if patterns.string_value(node.left) in TORCHRUN_VARIABLES:
+                positive = isinstance(operator, cst.In)
+        else:
+            read, default = self._env_read_with_default(node.left)
+            if read is not None and isinstance(operator, (cst.NotEqual, cst.Equal, cst.IsNot, cst.Is)):
+                literal = patterns.code_of(right).strip()
+                if isinstance(operator, (cst.IsNot, cst.Is)) and literal == "None" and default is None:
+                    positive = isinstance(operator, cst.IsNot)
+                elif default is not None and literal == default:
+                    positive = isinstance(operator, (cst.NotEqual, cst.IsNot))
+        if positive is None:
+            return
+        if read is not None:
+            self._flag_reads.add(read)
+        world = self.ctx.spell("world_size")
+        new = cst.parse_expression(f"{world} > 1" if positive else f"{world} == 1")
+        self.replace(node, lambda updated: new.with_changes(lpar=updated.lpar, rpar=updated.rpar),
+                     f"{short(node)} -> {patterns.code_of(new)}: the XLA launcher sets no torchrun variables; "
+                     "the flag asks whether several processes run")
+
+    def _env_read_with_default(self, node: cst.BaseExpression) -> tuple[cst.CSTNode | None, str | None]:
+        """(the read, its default as code or None) for ``[int(]os.environ.get("RANK"[, -1])[)]``."""
+        if isinstance(node, cst.Call) and self.ctx.is_call_to(node, "builtins.int") and len(node.args) == 1:
+            node = node.args[0].value
+        if environment_variable(node, self.ctx.qualnames) not in TORCHRUN_VARIABLES or not isinstance(node, cst.Call):
+            return None, None
+        return node, (patterns.code_of(node.args[1].value).strip() if len(node.args) > 1 else None)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         self._read(node)

@@ -9,6 +9,10 @@ What it does:
     - ``dist.barrier()`` -> ``xm.rendezvous("barrier")``.
     - ``dist.is_initialized()`` -> ``xm.xrt_world_size() > 1`` (``xr.world_size() > 1`` on ``2.9``): the
       code it guarded ran when the script ran on several workers.
+    - Where the script calls a collective without an xm form (``all_gather`` into a list, ``broadcast``,
+      ``gather``...), the process group is kept on the ``2.9`` target instead, on the ``xla`` backend
+      (``init_process_group("xla", init_method="xla://")``), so the call keeps working; each such call
+      is reported. On ``sagemaker`` (no ``xla://``) it is reported as needing an xm collective.
 
     In the ddp form (``--data-parallel ddp``, the ``2.9`` target's default) the process group stays, on
     torch_xla's backend: ``dist.init_process_group("nccl", init_method="env://", world_size=w, rank=r)`` ->
@@ -93,6 +97,34 @@ class ProcessGroupToXla(Rule):
             return  # the process group stays: helpers and collectives work as written
         if name == "all_reduce" and common.active(ctx, "XLA410"):
             return  # XLA410 rewrites it (or reports it)
+        if name in (*REMOVED, "is_initialized") or name in COLLECTIVES:
+            # Decided at the end: a collective without an xm form keeps the process group (on 2.x targets).
+            self._deferred.append((node, name))
+            return
+        self._rewrite(node, name)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._deferred: list[tuple[cst.Call, str]] = []
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        # all_reduce has an xm form (XLA410); the others do not.
+        unmapped = [node for node, name in self._deferred if name in COLLECTIVES and name != "all_reduce"]
+        keep = bool(unmapped) and "xla_process_group" in self.ctx.target.spellings
+        for node, name in self._deferred:
+            if not keep:
+                self._rewrite(node, name)
+            elif name == "init_process_group":
+                self._on_xla_backend(node)
+            elif name in COLLECTIVES and name != "all_reduce":
+                self.finding(node, f"{short(node)}: this torch.distributed collective has no xm form here, so the "
+                             "process group stays, on the xla backend (init_process_group(\"xla\", "
+                             "init_method=\"xla://\")), and the call keeps working",
+                             f"or replace it with an xm collective ({self.ctx.spell('all_gather')}, "
+                             f"{self.ctx.spell('all_reduce')}) and remove the process group")
+
+    def _rewrite(self, node: cst.Call, name: str) -> None:
+        ctx = self.ctx
         statement = ctx.parent(node)
         alone = isinstance(statement, cst.Expr) and statement.value is node
         if name in REMOVED:

@@ -139,9 +139,10 @@ class SpawnEntryPoint(Rule):
             call = call if call_statement is not None else None
         if call is None:
             where = guard if guard is not None else ctx.module.body[0] if ctx.module.body else ctx.module
-            self.finding(where, "distributed script without an entry function to launch on each XLA worker",
-                         f"wrap the training code in def main():, add def {_MP_FN}(index): main() and launch it "
-                         f"under if __name__ == \"__main__\": with {self._spelled_launch('()')}")
+            self.finding(where, "distributed script without an entry function to launch on each XLA worker "
+                         "(it runs as it is on one XLA device)",
+                         f"wrap {self._training_lines()} in def main():, add def {_MP_FN}(index): main() and "
+                         f"launch it under if __name__ == \"__main__\": with {self._spelled_launch('()')}")
             return False
         function = self._functions[call.func.value]
         parameters, spawn_args = [], []
@@ -177,6 +178,15 @@ class SpawnEntryPoint(Rule):
             self.replace(call_statement, lambda updated: guarded.with_changes(leading_lines=updated.leading_lines),
                          f"{short(call)} -> {short(launch, 80)} under if __name__ == \"__main__\":")
         return True
+
+    def _training_lines(self) -> str:
+        """``lines N-M`` of the module-level code after the docstring and imports (what ``main()`` wraps)."""
+        body = [st for st in self.ctx.module.body if not (patterns.is_docstring(st) or patterns.is_import_line(st))]
+        if not body:
+            return "the training code"
+        first = self.ctx.position(body[0])[0]
+        last = self.ctx._positions[body[-1]].end.line
+        return f"lines {first}-{last} (the code after the imports)"
 
     def _blank_lines_left(self, function: cst.FunctionDef) -> int:
         """Blank lines the engine moves to the end of ``function`` from trailing statements other rules
