@@ -13,6 +13,7 @@ from typing import ClassVar, Literal
 import libcst as cst
 from libcst import BatchableCSTVisitor
 
+from . import patterns
 from .context import FixedReplacement, MigrationContext, Statement
 
 FixSafety = Literal["safe", "review"]
@@ -57,7 +58,14 @@ class Rule(BatchableCSTVisitor):
         self.ctx.edits.after.setdefault(statement, []).append((change, new))
 
     def remove(self, node: Statement | cst.BaseSmallStatement, message: str) -> None:
-        """Remove a statement; its leading comments and blank lines move to the next statement."""
+        """Remove a statement; its leading comments and blank lines move to the next statement. The ``if``
+        whose whole body it is goes with it when its test has no side effects (``if ddp: model = DDP(model)``
+        leaves no ``if ddp: pass``); the change is then recorded on the ``if``."""
+        small = node if isinstance(node, cst.BaseSmallStatement) else (
+            node.body[0] if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 else None)
+        owner = self.ctx.sole_if_around(small) if small is not None else None
+        if owner is not None and patterns.is_pure(owner.test):
+            node, message = owner, f"{message} (with the `if` around it)"
         self.ctx.edits.remove.setdefault(node, self.ctx.record_change(self.code, node, message))
 
     def finding(self, node: cst.CSTNode, message: str, fix: str = "") -> None:
