@@ -4,7 +4,7 @@ with the hand-written XLA version of the same model where the project has one (f
     .venv/bin/python benchmarks/xla_step.py [--env current|sagemaker] [--only NAME ...]
 
 Needs the environments of tools/xla_envs.sh (run it first). Steps per second are measured inside the script,
-between the step markers after warm-up (the test-only shim of tests/xla records when each one returns), so
+between the step markers after warm-up (xla-migrate verify's loader records when each one returns), so
 interpreter start-up and the first compilations do not count; `wall` is the whole run. Run it on a quiet
 machine: the figures are as noisy as the host.
 """
@@ -22,10 +22,8 @@ import xla_proof as xp  # noqa: E402
 
 
 def measure(python: Path, source: str, label: str, distributed: bool = False) -> dict:
-    run = xp.run_script(python, source, label, xla=True, distributed=distributed,
-                        extra_env={"XLA_PROOF_STEP_TIMES": "step_times.txt"})
-    per_process = [[float(t) for t in path.read_text().split()] for path in run.workdir.glob("step_times.txt.*")]
-    times = max(per_process, key=len, default=[])  # the process that ran the steps
+    run = xp.run_script(python, source, label, xla=True, distributed=distributed)
+    times = run.observation.step_times  # of the process that ran the steps
     warm = min(xp.WARMUP_STEPS, max(len(times) - 2, 0))
     steady = times[warm:]
     rate = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 and steady[-1] > steady[0] else None

@@ -14,6 +14,7 @@ import sys
 # name -> "module:typer app"; each app gets the arguments after its name.
 SUBCOMMANDS = {
     "rule": "xla_migrate.cli:rule_app",
+    "verify": "xla_migrate.verify_cli:app",
 }
 
 

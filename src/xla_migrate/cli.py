@@ -186,7 +186,8 @@ def _report(result: MigrationResult, label: str, verbose: bool) -> None:
 HELP = """Migrate CUDA PyTorch training scripts to PyTorch/XLA.
 
 PATH is a script, a notebook (.ipynb), a folder (walked for .py and .ipynb files) or a quoted glob; '-' reads
-stdin. Other commands: 'xla-migrate rule CODE' prints a rule's documentation."""
+stdin. Other commands: 'xla-migrate rule CODE' prints a rule's documentation; 'xla-migrate verify SCRIPT' runs a
+migrated script on torch_xla and checks it (see 'xla-migrate verify --help')."""
 
 
 @app.command(help=HELP)
@@ -212,6 +213,7 @@ def command(
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Read [tool.xla-migrate] from this pyproject.toml (default: the nearest one above the input)."),
     output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="Report format: text (stderr), json (stdout; not with --diff or --out -: use --report) or github (workflow annotations, stderr). With --list-rules: text or json."),
     report_path: Optional[str] = typer.Option(None, "--report", metavar="PATH", help="Also write the JSON report to PATH."),
+    verify_output: bool = typer.Option(False, "--verify", help="After writing one script, run 'xla-migrate verify' on it (against the input with --out); its report on stderr, its exit code."),
     statistics: bool = typer.Option(False, "--statistics", help="Count the changes and findings per rule code instead of listing each."),
     list_rules: bool = typer.Option(False, "--list-rules", help="List the rules and exit ('xla-migrate rule CODE' prints one)."),
     version: bool = typer.Option(False, "--version", help="Print the version and exit."),
@@ -247,6 +249,7 @@ def command(
             if inputs == []:
                 code = _nothing_to_migrate()
                 raise typer.Exit(code)
+        checked = _verify_target(inputs, out, in_place, diff or check) if verify_output else None
         if _is_single_file(inputs):
             code = _migrate_one(inputs[0] if inputs else None, out, in_place, diff, diff_file, check,
                                 settings.target, settings.select, settings.ignore, verbose,
@@ -254,6 +257,8 @@ def command(
         else:
             code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer,
                                  only_changed, jobs, verbose)
+        if checked is not None and code == EXIT_OK:
+            code = _verify_written(*checked)
     except UsageError as error:
         _err(f"error: {error}", "red")
         code = EXIT_ERROR
@@ -269,6 +274,24 @@ def command(
              "set XLA_MIGRATE_DEBUG=1 for the traceback and please report it", "red")
         code = EXIT_ERROR
     raise typer.Exit(code)
+
+
+def _verify_target(inputs, out, in_place, dry) -> tuple[str, Optional[str]]:
+    """--verify: the script to check once written, and the original to compare it with (None in place)."""
+    if len(inputs) != 1 or inputs[0] == "-" or not _is_single_file(inputs) or dry or out == "-" or not (out or in_place):
+        raise UsageError("--verify checks one written script: pass one input FILE with --out FILE or --in-place")
+    return (inputs[0], None) if in_place else (out, inputs[0])
+
+
+def _verify_written(script: str, original: Optional[str]) -> int:
+    """xla-migrate verify on what was just written; its text report goes to stderr with the migration's (stdout
+    keeps its one thing: nothing, or the JSON report)."""
+    from .verify import verify
+    from .verify_cli import emit
+
+    report = verify(script, against=original, python=os.environ.get("XLA_MIGRATE_PYTHON"), original_required=False)
+    emit(report, "text", stream=sys.stderr)
+    return report.exit_code
 
 
 def _without_excluded(inputs: list[str], ignorer) -> list[str]:

@@ -26,13 +26,14 @@ def pytest_terminal_summary(terminalreporter):
     for env, name, run in xp.RECORD:
         last = run.final
         if last is None:
-            terminalreporter.write_line(f"  {env}/{name}: exit {run.returncode}, {run.wall:.1f} s (no metrics: the "
-                                        f"replicas ran in a spawned child)")
+            terminalreporter.write_line(f"  {env}/{name}: exit {run.returncode}, {run.wall:.1f} s (no metrics: "
+                                        f"torch_xla never reached a step marker)")
             continue
+        fallbacks = ", ".join(f"{op} {n}" for op, n in sorted(last.fallbacks.items()) if n) or "none"
         terminalreporter.write_line(
             f"  {env}/{name}: exit {run.returncode}, {len(run.losses)} steps, {len(run.blocks)} step markers, "
-            f"compiles {last.compiles if last else '?'}, runs {last.runs if last else '?'}, "
-            f"host reads {last.reads if last else '?'} ({run.closure_reads} in closures), {run.wall:.1f} s"
+            f"compiles {last.compiles}, runs {last.runs}, "
+            f"host reads {last.reads} ({run.closure_reads} in closures), CPU fallbacks {fallbacks}, {run.wall:.1f} s"
             + (f", max |loss delta| {xp.DELTAS[(env, name)]:.2g}" if (env, name) in xp.DELTAS else ""))
 
 

@@ -1,22 +1,24 @@
 """The proof tier's harness: migrate a runnable fixture, run the original with plain torch on the CPU and the
 migrated script with torch_xla on PJRT CPU, and read what happened (loss curve, stderr, torch_xla metrics).
 
+The measurements are the product's (xla_migrate.verify: its child-side loader records torch_xla's counters at
+every step marker and at exit); this file adds the tier's own thresholds and the test-only replica shim.
 Used by tests/xla/test_xla_proof.py and benchmarks/xla_step.py. See docs/proof.md.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+from xla_migrate import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNABLE = ROOT / "fixtures" / "runnable"
@@ -27,8 +29,8 @@ SHIM = Path(__file__).with_name("sitecustomize.py")
 # Environment name (tools/xla_envs.sh) -> the xla-migrate target whose output runs there.
 TARGETS = {"current": "2.9", "sagemaker": "sagemaker"}
 
-FP32_TOLERANCE = 1e-3
-WARMUP_STEPS = 5  # step markers allowed to compile (first step, optimizer state appearing, ...)
+FP32_TOLERANCE = verify.FP32_TOLERANCE
+WARMUP_STEPS = verify.WARMUP_MARKERS  # step markers allowed to compile (first step, optimizer state appearing, ...)
 LATE_COMPILES = 3  # compilations allowed after warm-up (evaluation loop, a last batch, the save)
 SPARE_RUNS = 3  # graph executions allowed beyond one per step marker (after the loop: stacking the losses...)
 SPARE_READS = 3  # host reads allowed outside step closures (after the loop: a final `eval loss`...)
@@ -126,6 +128,13 @@ class Metrics:
     runs: int = 0
     reads: int = 0
     step: int = -1
+    fallbacks: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, snapshot: dict) -> "Metrics":
+        """From one of verify's snapshots (a step marker, or the exit)."""
+        return cls(snapshot["compiles"], snapshot["executions"], snapshot["reads"], snapshot.get("index", -1),
+                   dict(snapshot.get("fallbacks", {})))
 
 
 @dataclass
@@ -137,49 +146,21 @@ class Run:
     wall: float
     workdir: Path
     losses: list[float] = field(default_factory=list)
-    blocks: list[Metrics] = field(default_factory=list)  # one per step marker (XLA_METRICS_FILE)
-    final: Metrics | None = None  # at exit
+    blocks: list[Metrics] = field(default_factory=list)  # one per step marker
+    final: Metrics | None = None  # at exit (or at the last step marker, for a process that skips atexit)
     closure_reads: int = 0
+    observation: verify.Observation | None = None
 
     def describe(self) -> str:
         tail = "\n".join(self.stderr.strip().splitlines()[-25:])
         return f"{self.label}: exit {self.returncode}\n--- stderr (tail) ---\n{tail}"
 
 
-_METRIC = {"CompileTime": "compiles", "ExecuteTime": "runs"}
-
-
-def parse_metrics(text: str) -> list[Metrics]:
-    """Every metrics block in a report or an XLA_METRICS_FILE; a report without a header is one block."""
-    blocks: list[Metrics] = []
-    current = Metrics()
-    lines = text.splitlines()
-    started = False
-    for index, line in enumerate(lines):
-        header = re.match(r"\[MetricsData; step=(\d+)\]", line)
-        if header:
-            if started:
-                blocks.append(current)
-            current, started = Metrics(step=int(header.group(1))), True
-            continue
-        started = started or bool(line.strip())
-        metric = re.match(r"Metric: (\w+)$", line)
-        if metric and metric.group(1) in _METRIC and index + 1 < len(lines):
-            samples = re.search(r"TotalSamples: (\d+)", lines[index + 1])
-            if samples:
-                setattr(current, _METRIC[metric.group(1)], int(samples.group(1)))
-        counter = re.match(r"Counter: aten::_local_scalar_dense$", line)
-        if counter and index + 1 < len(lines):
-            value = re.search(r"Value: (\d+)", lines[index + 1])
-            if value:
-                current.reads = int(value.group(1))
-    if started:
-        blocks.append(current)
-    return blocks
+LOSS_LINE = r"^step \d+ loss (\S+)$"  # what every runnable fixture prints, once per step
 
 
 def parse_losses(stdout: str) -> list[float]:
-    return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)$", stdout, re.MULTILINE)]
+    return verify.parse_losses(stdout, LOSS_LINE)
 
 
 WORKDIRS: list[Path] = []  # removed at the end of the session unless XLA_PROOF_KEEP=1
@@ -211,40 +192,28 @@ def run_script(python: Path, source: str, label: str, *, xla: bool, distributed:
     if distributed:
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(free_port()))
-    if xla:
-        shim = workdir / "shim"
-        shim.mkdir()
-        shutil.copy(SHIM, shim / "sitecustomize.py")
-        env.update(PJRT_DEVICE="CPU", PYTHONPATH=str(shim), XLA_METRICS_FILE=str(workdir / "metrics.txt"),
-                   XLA_PROOF_FINAL_METRICS=str(workdir / "final_metrics.txt"),
-                   XLA_PROOF_CLOSURE_READS=str(workdir / "closure_reads.txt"))
     env.update(extra_env or {})
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run([str(python), str(script)], cwd=workdir, env=env, capture_output=True, text=True,
-                              timeout=timeout)
-        returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as error:
-        returncode = -9
-        stdout = (error.stdout or b"").decode() if isinstance(error.stdout, bytes) else (error.stdout or "")
-        stderr = ((error.stderr or b"").decode() if isinstance(error.stderr, bytes) else (error.stderr or ""))
-        stderr += f"\n[harness] timed out after {timeout} s"
-    wall = time.perf_counter() - start
-    run = Run(label, returncode, stdout, stderr, wall, workdir, parse_losses(stdout))
-    if xla:
-        metrics_file = workdir / "metrics.txt"
-        if metrics_file.exists():
-            run.blocks = parse_metrics(metrics_file.read_text())
-        final = workdir / "final_metrics.txt"
-        if final.exists():
-            blocks = parse_metrics(final.read_text())
-            run.final = blocks[-1] if blocks else None
-        if run.final is not None and run.final.runs == 0:
-            run.final = None  # the replicas ran in a spawned child, whose exit skips atexit
-        if run.final is None and run.blocks:
-            run.final = run.blocks[-1]
-        run.closure_reads = sum(int(path.read_text() or 0) for path in workdir.glob("closure_reads.txt.*"))
+    if not xla:
+        process = verify.run_plain(python, script, cwd=str(workdir), env=env, timeout=timeout)
+        return _run_of(label, process, workdir)
+    shim = workdir / "shim"  # the test-only replica shim, after verify's loader (which runs it)
+    shim.mkdir()
+    shutil.copy(SHIM, shim / "sitecustomize.py")
+    observation = verify.observe(python, script, cwd=str(workdir), env=env, debug=False, timeout=timeout,
+                                 extra_pythonpath=[str(shim)], workdir=workdir / "verify")
+    run = _run_of(label, observation.process, workdir)
+    run.observation = observation
+    run.blocks = [Metrics.of(marker) for marker in observation.markers]
+    last = observation.last
+    run.final = Metrics.of(last) if last else None
+    run.closure_reads = last["closure_reads"] if last else 0
     return run
+
+
+def _run_of(label: str, process: verify.Process, workdir: Path) -> Run:
+    stderr = process.stderr + ("\n[harness] timed out" if process.timed_out else "")
+    return Run(label, -9 if process.timed_out else process.returncode, process.stdout, stderr, process.wall,
+               workdir, parse_losses(process.stdout))
 
 
 def cpu_twin(source: str) -> str:
@@ -334,10 +303,8 @@ def max_state_difference(first: str, second: str) -> float:
     return worst
 
 
-def finite_and_decreasing(losses: list[float], window: int = 5) -> bool:
-    if len(losses) < 2 * window or not all(math.isfinite(v) for v in losses):
-        return False
-    return sum(losses[-window:]) / window < sum(losses[:window]) / window
+def finite_and_decreasing(losses: list[float]) -> bool:
+    return len(losses) >= 2 * 5 and verify.finite_and_decreasing(losses)  # the fixtures run 24-40 steps
 
 
 # Checks that read the metrics --------------------------------------------------------------------------------
