@@ -464,7 +464,10 @@ def warmup_markers(markers: int) -> int:
 
 
 def _relative(where: str, cwd: str) -> str:
+    """An absolute path:line inside the working folder, relative to it (a relative one already is)."""
     path, _, line = where.rpartition(":")
+    if not os.path.isabs(path):
+        return where
     try:
         rel = os.path.relpath(path, cwd)
     except ValueError:
