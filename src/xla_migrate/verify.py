@@ -704,7 +704,7 @@ def _clean_summary(report: Report) -> str:
     if report.executions["per_step"] is not None:
         per_step = report.executions["per_step"]
         parts.append(f"{per_step:g} graph execution{'' if per_step == 1 else 's'} per step")
-    parts.append(f"{report.compilations['after_warmup']} compilations after warm-up")
+    parts.append(f"{_plural(report.compilations['after_warmup'], 'compilation')} after warm-up")
     parts.append("no fallback ops")
     losses = report.losses
     if losses.get("ok"):

@@ -167,3 +167,25 @@ def test_migrate_verify_checks_what_it_wrote_against_the_input(env, tmp_path):
     assert report["verdict"]["status"] == "clean"
     assert report["losses"]["compared"] == 30 and report["losses"]["max_delta"] <= 1e-3
     assert report["host_reads"]["in_step_closures"] == 30  # XLA310 logs through a step closure
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_verify_uses_the_current_interpreter_and_keeps_xla_metrics_file_working(env, tmp_path):
+    """From inside an interpreter that has torch_xla (the library, no --python), with the user's own
+    XLA_METRICS_FILE set: on 2.6.1 its writer (run by xm.mark_step) needs the loader's workaround, else every
+    step marker raises TypeError."""
+    python = python_for(env)
+    metrics = tmp_path / "metrics.txt"
+    code = ("import json, sys\nfrom xla_migrate import verify\n"
+            f"report = verify.verify({str(FIXTURES / 'changing_batch.py')!r}, steps=3)\n"
+            "print(json.dumps(report.to_json()))\n")
+    env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))}
+    env_vars.update(PYTHONPATH=str(xp.ROOT / "src"), XLA_METRICS_FILE=str(metrics))
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env_vars,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["python"] == str(python)
+    assert report["run"]["exit_status"] == 0 and report["verdict"]["status"] != "crash", report["verdict"]["line"]
+    assert report["run"]["stopped_after_steps"] == 3 and report["steps"]["markers"] == 3
+    assert metrics.read_text().count("[MetricsData; step=") == 3
