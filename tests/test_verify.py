@@ -185,6 +185,16 @@ def test_a_timeout_is_a_crash():
     assert report.run["exit_status"] is None and report.run["timed_out"] is True
 
 
+def test_short_runs_are_judged_only_on_the_steps_they_have():
+    one = v.assess(observation([snapshot(1, compiles=1, executions=1)]), "t.py")
+    assert one.status == "clean" and one.steps == {"markers": 1, "warmup": 0, "after_warmup": 0}
+    assert one.executions["per_step"] is None
+    two = v.assess(observation([snapshot(1, compiles=1), snapshot(2, compiles=2)]), "t.py")  # e.g. --steps 2
+    assert two.status == "clean" and two.compilations["allowed_after_warmup"] == 1
+    growing = v.assess(observation([snapshot(i, compiles=i) for i in range(1, 5)]), "t.py")
+    assert [p.kind for p in growing.problems] == ["recompilation"]
+
+
 def test_no_step_marker_or_no_torch_xla_at_all_is_reported():
     no_marker = v.assess(observation([], final=snapshot(0, compiles=1, executions=1, event="exit")), "t.py")
     assert [p.kind for p in no_marker.problems] == ["no-step-marker"]
@@ -221,6 +231,13 @@ def test_a_different_number_of_losses_diverges_unless_a_run_was_cut_short():
     assert with_original(ORIGINAL[:6], amp=False).status == "divergence"
     cut = with_original(ORIGINAL[:6], amp=False, stopped=True)
     assert cut.status == "clean" and cut.losses["compared"] == 6
+
+
+def test_a_run_stopped_before_it_printed_a_loss_is_not_compared():
+    run = observation(clean_markers(), stopped=True)
+    report = v.assess(run, "t.py", original=v.Process(0, losses_text(ORIGINAL), "", 1.0), amp=False)
+    assert report.status == "clean" and report.losses["ok"] is None
+    assert "printed no loss" in report.losses["note"]
 
 
 def test_amp_losses_are_checked_finite_and_decreasing():

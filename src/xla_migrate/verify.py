@@ -152,8 +152,8 @@ def _run(argv: list[str], env: dict[str, str], cwd: str | None, timeout: float |
             elif stop_when is not None and stop_when(out_path.read_text(errors="replace")):
                 stopped = True
             if timed_out or stopped:
-                _kill(proc)
                 break
+        _kill(proc)  # also what it left behind (data loader workers of a run that --steps ended)
     wall = time.perf_counter() - start
     return Process(None if timed_out else (0 if stopped else proc.returncode),
                    out_path.read_text(errors="replace"), err_path.read_text(errors="replace"), wall,
@@ -164,7 +164,8 @@ def _kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the script and whatever it started (its own session)
     except (ProcessLookupError, PermissionError):
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
     proc.wait()
 
 
@@ -287,13 +288,20 @@ def run_plain(python: str, script: str | os.PathLike, args: list[str] | tuple = 
                  if not k.startswith(("XLA_MIGRATE_VERIFY_", "PJRT_", "PT_XLA_"))}
     child_env.update(CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
     pattern = re.compile(loss_regex, re.MULTILINE)
-    stop_when = None
-    if stop_after_losses:
-        def stop_when(stdout: str) -> bool:
-            return len(_losses(stdout, pattern)) >= stop_after_losses
+    seen = {"lines": 0, "losses": 0}
+
+    def enough_losses(stdout: str) -> bool:
+        # Count in complete lines not read before (the output only grows).
+        lines = stdout.splitlines(keepends=True)
+        complete = len(lines) - (1 if lines and not lines[-1].endswith("\n") else 0)
+        seen["losses"] += len(_losses("".join(lines[seen["lines"]:complete]), pattern))
+        seen["lines"] = max(seen["lines"], complete)
+        return seen["losses"] >= stop_after_losses
+
     work = Path(tempfile.mkdtemp(prefix="xla-migrate-verify-plain-"))
     try:
-        return _run([str(python), str(script), *args], child_env, cwd, timeout, work, stop_when)
+        return _run([str(python), str(script), *args], child_env, cwd, timeout, work,
+                    enough_losses if stop_after_losses else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -499,12 +507,12 @@ def assess(observation: Observation, script: str, args=(), *, python: str | None
     warm = warmup_markers(len(markers))
     at_warm = markers[warm - 1] if warm else _zero()
     at_end = markers[-1] if markers else _zero()
-    window = len(markers) - warm
+    window = len(markers) - warm if warm else 0  # a single step marker leaves nothing to judge per step
     report.steps = {"markers": len(markers), "warmup": warm, "after_warmup": window}
 
     # Compilations: all of them, and those after warm-up with torch_xla's causes.
     compiles_late = at_end["compiles"] - at_warm["compiles"]  # between the warm-up and the last marker
-    allowed = min(LATE_COMPILES, window // 2)
+    allowed = min(LATE_COMPILES, max(1, window // 2)) if window else 0
     compilations = [a for a in observation.analyses if a.kind == "compilation"]
     causes: dict[tuple[str, str | None], list[int]] = {}
     late_offset = at_warm["debug_offset"] if warm else 0
@@ -671,6 +679,10 @@ def _compare_losses(report: Report, observation: Observation, original: Process 
         return
     losses["tolerance"] = FP32_TOLERANCE
     cut = observation.stopped or original.stopped_early
+    if observation.stopped and not values:
+        losses["note"] = ("not compared: the run, stopped by --steps, printed no loss (losses printed after the "
+                          "loop are not seen)")
+        return
     count = min(len(values), len(reference)) if cut else len(values)
     if not values or (not cut and len(values) != len(reference)):
         losses["ok"] = False
