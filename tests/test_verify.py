@@ -428,7 +428,7 @@ def test_migrate_verify_needs_one_written_script(tmp_path, args):
     (tmp_path / "train.py").write_text(CUDA_SCRIPT)
     before = tree_snapshot(tmp_path)
     proc = run_cli("--in", "train.py", *args, "--verify", cwd=tmp_path)
-    assert proc.returncode == 2 and b"--verify checks one written script" in proc.stderr
+    assert proc.returncode == 2 and b"--verify checks one written script: pass one input FILE" in proc.stderr
     assert proc.stdout == b"" and tree_snapshot(tmp_path) == before
 
 
