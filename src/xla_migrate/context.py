@@ -243,16 +243,38 @@ class MigrationContext:
         return name
 
     def _usable(self, name: str, scope: Scope, own_scope: Scope | None, node: cst.CSTNode) -> bool:
-        """A device variable of ``scope`` can be used at ``node``: in the node's own scope only when bound
-        before it, and from an outer scope only when the own scope does not bind the name too (a later
-        ``device = ...`` makes ``device`` an unbound local up to there)."""
+        """A device variable of ``scope`` holds the device at ``node``. In the node's own scope: the binding
+        of the name that comes last before the node is one that assigns a device (``device = None`` first,
+        or ``x = batch.cuda()`` before ``x = torch.device(...)``, does not). From an outer scope: the own
+        scope does not bind the name (a later ``device = ...`` makes it an unbound local up to there), and
+        every binding of it there assigns a device (which one a call sees depends on when it runs)."""
         if own_scope is None:
             return True
+        bindings = [a.node for a in scope.assignments[name] if isinstance(a.node, cst.CSTNode)]
         if scope is not own_scope:
-            return not own_scope.assignments[name]
-        where = self.position(node)
-        return any((0, 0) < self.position(a.node) < where for a in own_scope.assignments[name]
-                   if isinstance(a.node, cst.CSTNode))
+            return not own_scope.assignments[name] and all(b in self.facts.device_bindings for b in bindings)
+        where = self._start(node)
+        before = [(self._bound_at(b), b) for b in bindings]
+        before = [(point, b) for point, b in before if point is not None and point <= where]
+        return bool(before) and max(before, key=lambda pair: pair[0])[1] in self.facts.device_bindings
+
+    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
+        code_range = self._positions.get(node)
+        return (code_range.start.line, code_range.start.column) if code_range else (0, 0)
+
+    def _bound_at(self, binding: cst.CSTNode) -> tuple[int, int] | None:
+        """Where a binding takes effect: after the value of an assignment (``x = f(x)`` reads the old
+        ``x``), at the start of the function for a parameter, after the target elsewhere (``for``, ``with``)."""
+        if isinstance(binding, cst.Param):
+            return (0, 0)
+        current: cst.CSTNode | None = binding
+        while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.NamedExpr,
+                                                                 cst.BaseCompoundStatement, cst.CompFor)):
+            current = self.parent(current)
+        if not isinstance(current, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+            current = binding
+        code_range = self._positions.get(current)
+        return (code_range.end.line, code_range.end.column) if code_range else None
 
     def _self_device_attribute(self, node: cst.CSTNode) -> str | None:
         scope = self.function_scope(node)

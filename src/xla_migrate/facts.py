@@ -94,6 +94,8 @@ class Facts:
     global_names: set[str] = field(default_factory=set)
     # Names that hold a device, per scope (assigned from a device expression, or a parameter named device).
     device_names: dict[Scope, set[str]] = field(default_factory=dict)
+    # The bindings that make those names hold a device: assignment targets (Name nodes) and parameters.
+    device_bindings: set[cst.CSTNode] = field(default_factory=set)
     # Class -> attribute of self holding its device (``self.device = torch.device("cuda")``).
     class_device_attrs: dict[cst.ClassDef, str] = field(default_factory=dict)
     # Spellings (``optimizer``, ``self.opt``) bound to optimizers, GradScalers, DataLoaders.
@@ -211,6 +213,7 @@ class FactsCollector(cst.CSTVisitor):
         for param in [*node.params.params, *node.params.kwonly_params, *node.params.posonly_params]:
             if param.name.value == "device" and scope is not None:
                 self.facts.device_names.setdefault(scope, set()).add("device")
+                self.facts.device_bindings.add(param)
             if is_optimizer_param_name(param.name.value) and scope is not None:
                 self.facts.optimizer_params.setdefault(scope, set()).add(param.name.value)
 
@@ -307,6 +310,7 @@ class FactsCollector(cst.CSTVisitor):
             scope = self._scopes.get(target)
             if scope is not None:
                 self.facts.device_names.setdefault(scope, set()).add(target.value)
+                self.facts.device_bindings.add(target)
         elif (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
                 and target.value.value == "self" and self._classes):
             self.facts.class_device_attrs.setdefault(self._classes[-1], target.attr.value)
