@@ -6,6 +6,7 @@ never see each other's output and one traversal serves them all.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from .facts import Facts, collect_facts
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
 
+_BUILTIN_NAMES = frozenset(dir(builtins))
 NodeFactory = Callable[[cst.CSTNode], cst.CSTNode]
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
 
@@ -96,12 +98,18 @@ class MigrationContext:
         self.findings: list[Finding] = []
         # (module, alias or None) the output needs; added once after all edits.
         self.imports: set[tuple[str, str | None]] = set()
+        # Those of them the script imports itself further down: import -> the top-level statement doing it
+        # (added only where something may read the name before that statement runs).
+        self.late_imports: dict[tuple[str, str | None], cst.BaseStatement] = {}
         # (module, name or None) whose import may have become dead; removed only if nothing uses it any more.
         self.maybe_dead_imports: set[tuple[str, str | None]] = set()
         # Target concepts the output uses: they decide which torch_xla releases it runs on.
         self.concepts: set[str] = set()
         # Scope -> name of the device variable this run bound there (so it is bound once per scope).
         self._bound_devices: dict[Scope, str] = {}
+        # Module -> the name new code uses for it (see local_name).
+        self._module_names: dict[str, str] = {}
+        self._scopes_list: list[Scope] | None = None
 
     # Metadata --------------------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
@@ -186,12 +194,76 @@ class MigrationContext:
 
     # Spelling the target's API ---------------------------------------------------------------------------
     def local_name(self, module: str, alias: str) -> str:
-        """The script's name for ``module``, adding ``import module as alias`` when it has none."""
-        existing = self.facts.module_aliases.get(module)
-        if existing is not None:
-            return existing
-        self.imports.add((module, None if alias == module else alias))
-        return alias
+        """The name new code uses for ``module``, decided once per run: the script's own module-level import
+        of it when nothing else in the script binds that name; else ``import module as alias`` is added, under
+        another name (``xla_model``, ``xm_2``...) where ``alias`` means something else in the script
+        (``xm = 3``, ``for pl in ...``). Added imports go after the script's leading imports, so a name the
+        script binds only further down (in a ``try`` below the first use) is imported there too."""
+        if module not in self._module_names:
+            self._module_names[module] = self._choose_module_name(module, alias)
+        return self._module_names[module]
+
+    def _choose_module_name(self, module: str, alias: str) -> str:
+        for name, node in self.facts.module_imports.get(module, []):
+            if not self._name_taken(name, module):
+                statement = self._top_level_statement(node)
+                if not self._in_leading_imports(statement):
+                    item = (module, None if name == module else name)
+                    self.imports.add(item)
+                    self.late_imports.setdefault(item, statement)
+                return name
+        last = module.rsplit(".", 1)[-1]
+        candidates = [alias, *([last] if last != alias else []), *(f"{alias}_{n}" for n in range(2, 100))]
+        name = next(n for n in candidates if not self._name_taken(n, module))
+        self.imports.add((module, None if name == module else name))
+        return name
+
+    def _name_taken(self, name: str, module: str) -> bool:
+        """``name`` means something other than ``module`` somewhere in the script: bound in any function,
+        class or comprehension, or at module level by anything but an import of ``module`` (or the fallback
+        of a ``try`` importing it: ``except ImportError: xm = None``), read without a binding (a builtin, a
+        star import), or chosen for another module in this run."""
+        if name in self._module_names.values() or name in _BUILTIN_NAMES:
+            return True
+        for scope in self._all_scopes():
+            for assignment in scope.assignments[name]:
+                if not (isinstance(scope, GlobalScope) and self._binds_module(assignment.node, name, module)):
+                    return True
+            if any(not access.referents for access in scope.accesses[name]):
+                return True
+        return False
+
+    def _binds_module(self, binding: cst.CSTNode, name: str, module: str) -> bool:
+        imports = [node for local, node in self.facts.module_imports.get(module, []) if local == name]
+        if binding in imports:
+            return True
+        handler = self._enclosing(binding, cst.ExceptHandler)
+        trying = self.parent(handler) if handler is not None else None
+        return trying is not None and any(self._enclosing(node, cst.Try) is trying for node in imports)
+
+    def _enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
+        current = self.parent(node)
+        while current is not None and not isinstance(current, (kind, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            current = self.parent(current)
+        return current if isinstance(current, kind) else None
+
+    def _top_level_statement(self, node: cst.CSTNode) -> cst.BaseStatement:
+        statement = node
+        while self.parent(statement) is not self.module:
+            statement = self.parent(statement)
+        return statement
+
+    def _in_leading_imports(self, statement: cst.BaseStatement) -> bool:
+        """A statement of the module's leading imports, after which added imports go."""
+        from .imports import insertion_index
+
+        body = list(self.module.body)
+        return patterns.is_import_line(statement) and body.index(statement) < insertion_index(body)
+
+    def _all_scopes(self) -> list[Scope]:
+        if self._scopes_list is None:
+            self._scopes_list = list({id(s): s for s in self.scopes.values() if s is not None}.values())
+        return self._scopes_list
 
     def spell(self, concept: str, *args: str) -> str:
         """Code for a target concept, e.g. ``spell("optimizer_step", "opt")`` -> ``xm.optimizer_step(opt)``."""

@@ -179,7 +179,7 @@ def _applied(ctx: MigrationContext, applied: Applied) -> Applied:
     """The applied edits with the imports fixed: dead ones removed, the ones the output needs added."""
     if applied.module is not ctx.module:
         new_module = remove_dead_imports(applied.module, ctx.maybe_dead_imports)
-        applied.module = add_imports(new_module, ctx.imports)
+        applied.module = add_imports(new_module, ctx.imports, ctx.late_imports)
     return applied
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import Scope
+from libcst.metadata import GlobalScope, Scope
 
 from . import patterns
 
@@ -90,6 +90,9 @@ def is_xla_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
 class Facts:
     # Module -> the local name the script binds it to (``torch`` -> ``T`` after ``import torch as T``).
     module_aliases: dict[str, str] = field(default_factory=dict)
+    # Module -> (local name, import node) of each module-level import binding it (inside a top-level try or
+    # if too; not in a function or class), in source order: what new code may reuse (ctx.local_name).
+    module_imports: dict[str, list[tuple[str, cst.CSTNode]]] = field(default_factory=dict)
     # Every name bound at module level (new names must not collide with them).
     global_names: set[str] = field(default_factory=set)
     # Names that hold a device, per scope (assigned from a device expression, or a parameter named device).
@@ -179,10 +182,10 @@ class FactsCollector(cst.CSTVisitor):
             if module is None:
                 continue
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.facts.module_aliases.setdefault(module, alias.asname.name.value)
+                self._import(module, alias.asname.name.value, node)
             else:
                 top = module.split(".")[0]
-                self.facts.module_aliases.setdefault(top, top)
+                self._import(top, top, node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
@@ -190,7 +193,12 @@ class FactsCollector(cst.CSTVisitor):
         base = patterns.dotted_name(node.module)
         for alias in node.names:
             local = alias.evaluated_alias or alias.evaluated_name
-            self.facts.module_aliases.setdefault(f"{base}.{alias.evaluated_name}", local)
+            self._import(f"{base}.{alias.evaluated_name}", local, node)
+
+    def _import(self, module: str, local: str, node: cst.CSTNode) -> None:
+        self.facts.module_aliases.setdefault(module, local)
+        if isinstance(self._scopes.get(node), GlobalScope):
+            self.facts.module_imports.setdefault(module, []).append((local, node))
 
     # Scopes and definitions --------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
