@@ -163,6 +163,11 @@ def test_a_try_import_further_down_is_reused_and_imported_at_the_top_only_when_r
     assert used_above.code == "import os\nimport torch_xla.core.xla_model as xm\nxm.xla_device()\n" + try_import
     called_above = run("import os\ndef f():\n    GradScaler\nf()\n" + try_import, UsesXm)
     assert "import os\nimport torch_xla.core.xla_model as xm\n" in called_above.code
+    # An import that may not run (under an if, in an except branch) is no binding to count on.
+    for maybe in ("if USE_XLA:\n    import torch_xla.core.xla_model as xm\n",
+                  "try:\n    import foo\nexcept ImportError:\n    import torch_xla.core.xla_model as xm\n"):
+        guarded = run("import os\n" + maybe + "def f():\n    GradScaler\n", UsesXm)
+        assert guarded.code.startswith("import os\nimport torch_xla.core.xla_model as xm\n" + maybe), maybe
 
 
 def test_written_targets_are_never_replaced():

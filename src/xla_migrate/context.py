@@ -210,7 +210,8 @@ class MigrationContext:
                 if not self._in_leading_imports(statement):
                     item = (module, None if name == module else name)
                     self.imports.add(item)
-                    self.late_imports.setdefault(item, statement)
+                    if self._runs_when_reached(node, statement):
+                        self.late_imports.setdefault(item, statement)
                 return name
         last = module.rsplit(".", 1)[-1]
         candidates = [alias, *([last] if last != alias else []), *(f"{alias}_{n}" for n in range(2, 100))]
@@ -246,6 +247,14 @@ class MigrationContext:
         while current is not None and not isinstance(current, (kind, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             current = self.parent(current)
         return current if isinstance(current, kind) else None
+
+    def _runs_when_reached(self, node: cst.CSTNode, statement: cst.BaseStatement) -> bool:
+        """The import runs whenever its top-level statement does: a plain import line, or one in the body of
+        a ``try`` (not under an ``if``, in a handler or in a loop)."""
+        if statement is self.parent(node):
+            return True
+        return (isinstance(statement, cst.Try) and self.parent(self.parent(node)) is statement.body
+                and self.parent(self.parent(self.parent(node))) is statement)
 
     def _top_level_statement(self, node: cst.CSTNode) -> cst.BaseStatement:
         statement = node
