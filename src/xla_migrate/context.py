@@ -337,7 +337,32 @@ class MigrationContext:
         where = self._start(node)
         before = [(self._bound_at(b), b) for b in bindings]
         before = [(point, b) for point, b in before if point is not None and point <= where]
-        return bool(before) and max(before, key=lambda pair: pair[0])[1] in self.facts.device_bindings
+        if not before:
+            return False
+        last = max(before, key=lambda pair: pair[0])[1]
+        return last in self.facts.device_bindings or self._other_branch_binds_device(last, bindings)
+
+    def _other_branch_binds_device(self, binding: cst.CSTNode, bindings: list[cst.CSTNode]) -> bool:
+        """``binding`` is in a branch of an ``if`` or ``try`` another branch of which assigns the device: the
+        CPU fallback (``if torch.cuda.is_available(): device = torch.device("cuda") else: device = "cpu"``),
+        which one reaches the use depends on the run, as it did before the migration."""
+        devices = [b for b in bindings if b in self.facts.device_bindings]
+        child, current = binding, self.parent(binding)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            if isinstance(current, (cst.If, cst.Try)):
+                for device in devices:
+                    branch = self._child_towards(device, current)
+                    if branch is not None and branch is not child:
+                        return True
+            child, current = current, self.parent(current)
+        return False
+
+    def _child_towards(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> cst.CSTNode | None:
+        """The child of ``ancestor`` that holds ``node`` (None when ``node`` is not below it)."""
+        child, current = node, self.parent(node)
+        while current is not None and current is not ancestor:
+            child, current = current, self.parent(current)
+        return child if current is ancestor else None
 
     def _start(self, node: cst.CSTNode) -> tuple[int, int]:
         code_range = self._positions.get(node)
