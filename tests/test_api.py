@@ -121,3 +121,101 @@ def test_plain_text_repr_is_a_short_summary():
     assert repr(migrate("x = 1\n")).startswith("<MigrationResult script.py: nothing to change, 0 findings; ")
     assert repr(migrate("x = (\n", path="bad.py")) == "<MigrationResult bad.py:1:5: cannot parse: '(' was never closed>"
     assert str(result) == result.code  # print(result) still prints the migrated code
+
+
+# A str is the text itself ------------------------------------------------------------------------------------
+def test_a_str_with_a_latin1_cookie_is_not_decoded_again():
+    source = '# -*- coding: latin-1 -*-\nname = "caf\u00e9"\n'
+    result = migrate(source)
+    assert result.ok and result.code == source and result.source == source
+    assert result.output_bytes == source.encode("latin-1")
+    script = '# -*- coding: latin-1 -*-\nimport torch\nname = "caf\u00e9"\nmodel = Net().cuda()\n'
+    edited = migrate(script)
+    assert 'name = "caf\u00e9"' in edited.code and "model = Net().to(device)" in edited.code
+    assert edited.output_bytes == edited.code.encode("latin-1")
+    assert migrate(edited.output_bytes).code == edited.code  # the bytes say what the cookie says
+
+
+def test_a_str_declaring_ascii_with_other_characters_is_accepted_as_compile_accepts_it():
+    source = '# coding: ascii\nimport torch\nname = "\u00e9t\u00e9 \u2603"\nmodel = Net().cuda()\n'
+    compile(source, "<str>", "exec")
+    result = migrate(source)
+    assert result.ok, result.error
+    assert 'name = "\u00e9t\u00e9 \u2603"' in result.code and "model = Net().to(device)" in result.code
+    assert result.output_bytes == result.code.encode("utf-8")  # ascii cannot hold it
+
+
+def test_a_leading_bom_in_a_str_is_kept():
+    assert migrate("\ufeffx = 1\n").code == "\ufeffx = 1\n"
+    result = migrate("\ufeffimport torch\nmodel = Net().cuda()\n")
+    assert result.code.startswith("\ufeffimport torch\n") and "Net().to(device)" in result.code
+    assert result.code.count("\ufeff") == 1
+    assert result.diff.count("\ufeff") == 1 and "\n \ufeffimport torch\n" in result.diff
+
+
+# Layout libcst does not reprint --------------------------------------------------------------------------------
+@pytest.mark.parametrize("as_str", [False, True])
+def test_a_form_feed_before_a_rewritten_line_is_kept(as_str):
+    source = ("import torch\n\x0cmodel = Net().cuda()\n\ndef f(x):\n    y = 1\n\x0c    return x.cuda()\n"
+              "\x0c\nz = 2\n  \x0cw = 3\n")
+    result = migrate(source if as_str else source.encode())
+    code = result.code
+    assert "\x0cmodel = Net().to(device)\n" in code
+    assert "\x0c    return x.to(device)\n" in code
+    assert code.endswith("\x0c\nz = 2\n  \x0cw = 3\n")  # untouched lines byte for byte
+    assert code.count("\x0c") == 4
+    compile(code, "<migrated>", "exec")
+    assert migrate(result.output_bytes).output_bytes == result.output_bytes
+
+
+def test_cr_only_line_endings_keep_the_final_cr():
+    result = migrate(b"import torch\rmodel = Net().cuda()\r")
+    assert result.output_bytes == (b"import torch\rimport torch_xla.core.xla_model as xm\rdevice = xm.xla_device()\r"
+                                   b"model = Net().to(device)\r")
+    assert migrate(b"import torch\rmodel = Net().cuda()").output_bytes.endswith(b"Net().to(device)")
+
+
+@pytest.mark.parametrize(("data", "name"), [
+    (b"\xff\xfe" + "import torch\n".encode("utf-16-le"), "UTF-16"),
+    (b"\xfe\xff" + "import torch\n".encode("utf-16-be"), "UTF-16"),
+    (b"\xff\xfe\x00\x00" + "import torch\n".encode("utf-32-le"), "UTF-32"),
+])
+def test_utf16_is_named_not_called_binary(data, name):
+    result = migrate(data)
+    assert result.error.message == (f"{name} is not supported: save the file as UTF-8 "
+                                    "(Python reads source as UTF-8)")
+
+
+# Deep nesting ---------------------------------------------------------------------------------------------
+DEEP = {
+    "nested lists": "x = " + "[" * 150 + "]" * 150 + "\n",  # valid Python; libcst's analysis recursed too deep
+    "a long sum": "x = " + "+".join(["1"] * 400) + "\n",
+    "joined strings": "x = (" + " ".join(['"a"'] * 600) + ")\n",
+    "an attribute chain": "x = a" + ".b" * 1000 + "\n",
+    "an 8,000-term sum": "x = " + "+".join(["1"] * 8000) + "\n",  # parsed for minutes, then a segfault
+    "3,000 nested lists": "x = " + "[" * 3000 + "]" * 3000 + "\n",  # a segfault in the native parser
+    "an elif chain": "if a:\n    pass\n" + "elif a:\n    pass\n" * 400,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(DEEP))
+def test_deep_nesting_is_an_input_error_not_an_exception(shape):
+    result = migrate("import torch\n" + DEEP[shape])
+    assert not result.ok
+    assert result.error.message.startswith("too deeply nested for xla-migrate (more than 200 levels")
+    assert result.error.line is not None and result.error.line >= 2
+
+
+def test_recursion_in_the_analysis_is_an_input_error_too():
+    """Called with little stack left (deep in a caller's recursion), input the guard lets through can still
+    exhaust the recursion limit in libcst's metadata: an error value, never a RecursionError."""
+    import sys
+
+    source = "import torch\nmodel = Net().cuda()\nx = " + "+".join(["1"] * 150) + "\n"
+
+    def deep(frames):
+        return deep(frames - 1) if frames else migrate(source)
+
+    result = deep(sys.getrecursionlimit() - 250)
+    assert not result.ok and result.error.message.startswith("too deeply nested for xla-migrate")
+    assert migrate(source).ok

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -112,3 +113,146 @@ def test_large_generated_script_finishes_with_bounded_memory(tmp_path):
     assert output.count("xm.optimizer_step(optimizer)") == source.read_text().count("optimizer.step()")
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mb < 1500 + 1700 * megabytes, f"peak memory {peak_mb:.0f} MB"
+
+
+# Writes through symlinks and to special files ------------------------------------------------------------
+def test_in_place_through_a_symlink_rewrites_the_target_and_keeps_the_link(tmp_path):
+    real = tmp_path / "real" / "train.py"
+    real.parent.mkdir()
+    real.write_text(CUDA_SCRIPT)
+    link = tmp_path / "train.py"
+    link.symlink_to(real)
+    result = runner.invoke(cli.app, ["--in", str(link), "--in-place"])
+    assert result.exit_code == 0, result.stderr
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert "xm.xla_device()" in real.read_text()
+    assert sorted(p.name for p in real.parent.iterdir()) == ["train.py"]  # no temp file left beside it
+
+
+def test_out_through_a_symlink_writes_its_target(tmp_path):
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    target = tmp_path / "elsewhere.py"
+    target.write_text("old\n")
+    link = tmp_path / "train_xla.py"
+    link.symlink_to(target)
+    result = runner.invoke(cli.app, ["--in", str(tmp_path / "train.py"), "--out", str(link)])
+    assert result.exit_code == 0, result.stderr
+    assert link.is_symlink() and "xm.xla_device()" in target.read_text()
+
+
+def test_out_a_fifo_is_written_to_directly(tmp_path):
+    import threading
+
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    done = run_cli("--in", "train.py", "--out", "pipe", cwd=tmp_path)
+    reader.join(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert b"xm.xla_device()" in received[0]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO, not replaced by a regular file
+
+
+def test_out_a_character_device_is_written_to_directly(tmp_path):
+    """/dev/null and friends: written like ``-``, never replaced (as root a rename would replace the node)."""
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+    except (PermissionError, AttributeError):
+        pytest.skip("creating a device node needs root")
+    for out in (str(null), "/dev/null"):
+        result = runner.invoke(cli.app, ["--in", str(tmp_path / "train.py"), "--out", out])
+        assert result.exit_code == 0, result.stderr
+        assert stat.S_ISCHR(os.lstat(out).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null", "train.py"]
+
+
+def test_out_a_socket_is_refused_with_one_line(tmp_path):
+    import socket
+
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    try:
+        result = runner.invoke(cli.app, ["--in", str(tmp_path / "train.py"), "--out", str(tmp_path / "sock")])
+    finally:
+        server.close()
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: {tmp_path / 'sock'}: cannot write: is a socket; xla-migrate writes regular "
+                             "files, FIFOs and character devices\n")
+    assert stat.S_ISSOCK(os.lstat(tmp_path / "sock").st_mode)
+
+
+def test_output_of_an_input_nobody_may_read_has_a_normal_mode(tmp_path):
+    """Root reads a ``chmod 000`` input; its output must not be mode 000 too (nobody else could open it):
+    it gets a new file's mode, 0o666 less the umask, for one file and in a mirror."""
+    source = tmp_path / "tree" / "train.py"
+    source.parent.mkdir()
+    source.write_text(CUDA_SCRIPT)
+    source.chmod(0)
+    if not os.access(source, os.R_OK):
+        pytest.skip("only root can read a chmod 000 file")
+    assert runner.invoke(cli.app, ["--in", str(source), "--out", str(tmp_path / "out.py")]).exit_code == 0
+    assert runner.invoke(cli.app, ["--in", str(source.parent), "--out", str(tmp_path / "mirror")]).exit_code == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    for output in (tmp_path / "out.py", tmp_path / "mirror" / "train.py"):
+        assert "xm.xla_device()" in output.read_text()
+        assert stat.S_IMODE(output.stat().st_mode) == 0o666 & ~umask, output
+
+
+# Deep nesting -----------------------------------------------------------------------------------------------
+def test_deeply_nested_input_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "deep.py").write_text("import torch\nx = " + "[" * 3000 + "]" * 3000 + "\n")
+    done = run_cli("--in", "deep.py", "--out", "deep_xla.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.decode() == ("error: deep.py:2:71: too deeply nested for xla-migrate (more than 200 levels of "
+                                    "brackets, operators, attribute or call chains, joined strings or blocks)\n")
+    assert not (tmp_path / "deep_xla.py").exists()
+
+
+def _at_the_limit(make):
+    """The largest size ``make(n)`` the nesting guard accepts."""
+    from xla_migrate.nesting import too_deep_at
+
+    low, high = 1, 4000
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if too_deep_at(make(middle)) is None else (low, middle)
+    return low
+
+
+SHAPES = {  # each with a rewrite at its deepest point, so the edit pass recurses as deep as the analysis
+    "lists": lambda n: "import torch\nx = " + "[" * n + "m.cuda()" + "]" * n + "\n",
+    "calls": lambda n: "import torch\nx = " + "f(" * n + "m.cuda()" + ")" * n + "\n",
+    "subscripts": lambda n: "import torch\nx = " + "a[" * n + "m.cuda()" + "]" * n + "\n",
+    "sum": lambda n: "import torch\nx = m.cuda()" + " + 1" * n + "\n",
+    "attributes": lambda n: "import torch\nx = m.cuda()" + ".b" * n + "\n",
+    "joined strings": lambda n: "import torch\nx = m.to('cuda', " + " ".join(["'a'"] * n) + ")\n",
+    "elif chain": lambda n: "import torch\nif a:\n    pass\n" + "elif a:\n    m.cuda()\n" * n,
+    "blocks": lambda n: "import torch\n" + "".join(" " * i + "if a:\n" for i in range(15)) + " " * 15
+    + "x = m.cuda()" + " + 1" * n + "\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_input_at_the_nesting_limit_migrates_with_room_to_spare(shape):
+    """What the guard accepts, libcst survives with 150 frames of the caller's on the stack (pytest's own
+    and more): the limit sits well within what libcst's recursion allows (see nesting.py for the figures)."""
+    from xla_migrate import migrate
+    from xla_migrate.nesting import too_deep_at
+
+    size = _at_the_limit(SHAPES[shape])
+    assert too_deep_at(SHAPES[shape](size + 3)) is not None
+
+    def deep(frames):
+        return deep(frames - 1) if frames else migrate(SHAPES[shape](size))
+
+    result = deep(150)
+    assert result.ok, result.error
+    assert result.changes and migrate(result.output_bytes).code == result.code
+    compile(result.code, "<migrated>", "exec")

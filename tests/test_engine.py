@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import libcst as cst
+import pytest
 
 from xla_migrate import engine
 from xla_migrate.facts import is_cuda_device_expr
@@ -136,6 +137,37 @@ def test_imports_added_once_in_place_and_dead_ones_removed():
 def test_existing_alias_is_reused():
     out = run("import torch_xla.core.xla_model as xla\nGradScaler\n", UsesXm)
     assert out.code == "import torch_xla.core.xla_model as xla\nxla.xla_device()\n"
+
+
+@pytest.mark.parametrize(("source", "name"), [
+    ("xm = 3\nGradScaler\n", "xla_model"),  # a module-level variable
+    ("def f():\n    xm = 1\nGradScaler\n", "xla_model"),  # a local in some function
+    ("for xm in range(3):\n    pass\nGradScaler\n", "xla_model"),  # a loop variable
+    ("from utils import *\nprint(xm)\nGradScaler\n", "xla_model"),  # read, bound by nothing visible
+    ("xm = 3\nxla_model = 4\nGradScaler\n", "xm_2"),
+    ("import torch_xla.core.xla_model as xm\nxm = None\nGradScaler\n", "xla_model"),  # rebound
+])
+def test_new_imports_take_names_the_script_does_not_use(source, name):
+    out = run(source, UsesXm)
+    assert f"import torch_xla.core.xla_model as {name}\n" in out.code
+    assert out.code.endswith(f"{name}.xla_device()\n")
+
+
+def test_a_try_import_further_down_is_reused_and_imported_at_the_top_only_when_read_earlier():
+    """The half-migrated idiom: ``try: import torch_xla... as xm / except ImportError: xm = None``. Its name
+    is reused; an import at the top is added only when something above the try may read it."""
+    try_import = "try:\n    import torch_xla.core.xla_model as xm\nexcept ImportError:\n    xm = None\n"
+    used_later = run("import os\n" + try_import + "def f():\n    GradScaler\n", UsesXm)
+    assert used_later.code == "import os\n" + try_import + "def f():\n    xm.xla_device()\n"
+    used_above = run("import os\nGradScaler\n" + try_import, UsesXm)
+    assert used_above.code == "import os\nimport torch_xla.core.xla_model as xm\nxm.xla_device()\n" + try_import
+    called_above = run("import os\ndef f():\n    GradScaler\nf()\n" + try_import, UsesXm)
+    assert "import os\nimport torch_xla.core.xla_model as xm\n" in called_above.code
+    # An import that may not run (under an if, in an except branch) is no binding to count on.
+    for maybe in ("if USE_XLA:\n    import torch_xla.core.xla_model as xm\n",
+                  "try:\n    import foo\nexcept ImportError:\n    import torch_xla.core.xla_model as xm\n"):
+        guarded = run("import os\n" + maybe + "def f():\n    GradScaler\n", UsesXm)
+        assert guarded.code.startswith("import os\nimport torch_xla.core.xla_model as xm\n" + maybe), maybe
 
 
 def test_written_targets_are_never_replaced():

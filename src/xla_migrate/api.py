@@ -6,13 +6,16 @@ result whose ``error`` says what is wrong (line and column where there is one).
 
 from __future__ import annotations
 
+import codecs
 import html
+import io
 import os
+import tokenize
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import engine, registry
+from . import engine, layout, registry
 from .diff import DiffStats, diff_stats, unified_diff
 from .records import Change, Finding, InputError
 from .targets import (DEFAULT_TARGET, Version, data_parallel_problem, describe_releases, get_target, parse_version,
@@ -145,8 +148,13 @@ def migrate(
     (``ddp`` for ``2.9``, ``xm`` for ``sagemaker``). A form the target cannot use is an error result."""
     select = registry.as_selectors(select, "select")
     ignore = registry.as_selectors(ignore, "ignore")
-    data = source.encode("utf-8") if isinstance(source, str) else source
-    text = source if isinstance(source, str) else ""
+    if isinstance(source, str):
+        # A str is the text itself: a coding cookie does not re-decode it, and a leading BOM stays.
+        bom = "\ufeff" if source.startswith("\ufeff") else ""
+        text, to_parse = source, source[len(bom):]
+        data = b""
+    else:
+        bom, text, to_parse, data = "", "", source, source
     result = MigrationResult(source=text, code=text, target=target, path=path, out_path=out_path,
                              output_bytes=data)
     try:
@@ -160,24 +168,51 @@ def migrate(
     if problem is not None:
         result.error = InputError(problem)
         return result
-    module = engine.parse(data)
+    module = engine.parse(to_parse)
     if isinstance(module, InputError):
         result.error = module
         return result
-    result.source = result.code = data.decode(module.encoding)
-    result.encoding = module.encoding
-    output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore),
-                                 distributed=distributed, data_parallel=form)
+    if isinstance(source, str):
+        result.encoding = _encoding_for_text(source)
+        result.output_bytes = source.encode(result.encoding)
+    else:
+        result.source = result.code = data.decode(module.encoding)
+        result.encoding = module.encoding
+    try:
+        output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore),
+                                     distributed=distributed, data_parallel=form)
+    except RecursionError:  # the analysis of input the nesting guard let through; still the input's doing
+        result.error = engine.too_deep_error()
+        return result
     # Untouched input is returned as it came, even where libcst would not reprint it byte for byte.
     if output.code != module.code:
-        result.code = output.code
-        result.output_bytes = output.output_bytes
+        # Put back what libcst does not reprint (form feeds in indentation, a final bare CR).
+        code = layout.restore(to_parse if isinstance(source, str) else result.source, module.code, output.code)
+        if isinstance(source, str):
+            result.code = bom + code
+            result.encoding = _encoding_for_text(result.code)
+            result.output_bytes = result.code.encode(result.encoding)
+        else:
+            result.code = code
+            result.output_bytes = code.encode(module.encoding) if code != output.code else output.output_bytes
     result.changes = output.changes
     result.findings = output.findings
     result.data_parallel = form if output.distributed else ""
     result.releases = runs_on(target_spec, output.concepts) if output.concepts else runs_on(
         target_spec, set(target_spec.spellings))
     return result
+
+
+def _encoding_for_text(text: str) -> str:
+    """The encoding ``output_bytes`` uses for a str: its coding cookie's where that can hold every character
+    (a str declaring ``ascii`` may hold any), else UTF-8."""
+    try:
+        declared, _ = tokenize.detect_encoding(io.BytesIO(text.lstrip("\ufeff").encode("utf-8")).readline)
+        declared = codecs.lookup(declared).name
+        text.encode(declared)
+    except (SyntaxError, LookupError, UnicodeError):
+        return "utf-8"
+    return "utf-8" if declared == "utf-8-sig" else declared
 
 
 def migrate_file(path: str | os.PathLike, out: str | os.PathLike | None = None, **options) -> MigrationResult:

@@ -6,6 +6,7 @@ never see each other's output and one traversal serves them all.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from .facts import Facts, collect_facts
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
 
+_BUILTIN_NAMES = frozenset(dir(builtins))
 NodeFactory = Callable[[cst.CSTNode], cst.CSTNode]
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
 
@@ -96,12 +98,18 @@ class MigrationContext:
         self.findings: list[Finding] = []
         # (module, alias or None) the output needs; added once after all edits.
         self.imports: set[tuple[str, str | None]] = set()
+        # Those of them the script imports itself further down: import -> the top-level statement doing it
+        # (added only where something may read the name before that statement runs).
+        self.late_imports: dict[tuple[str, str | None], cst.BaseStatement] = {}
         # (module, name or None) whose import may have become dead; removed only if nothing uses it any more.
         self.maybe_dead_imports: set[tuple[str, str | None]] = set()
         # Target concepts the output uses: they decide which torch_xla releases it runs on.
         self.concepts: set[str] = set()
         # Scope -> name of the device variable this run bound there (so it is bound once per scope).
         self._bound_devices: dict[Scope, str] = {}
+        # Module -> the name new code uses for it (see local_name).
+        self._module_names: dict[str, str] = {}
+        self._scopes_list: list[Scope] | None = None
 
     # Metadata --------------------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
@@ -186,12 +194,85 @@ class MigrationContext:
 
     # Spelling the target's API ---------------------------------------------------------------------------
     def local_name(self, module: str, alias: str) -> str:
-        """The script's name for ``module``, adding ``import module as alias`` when it has none."""
-        existing = self.facts.module_aliases.get(module)
-        if existing is not None:
-            return existing
-        self.imports.add((module, None if alias == module else alias))
-        return alias
+        """The name new code uses for ``module``, decided once per run: the script's own module-level import
+        of it when nothing else in the script binds that name; else ``import module as alias`` is added, under
+        another name (``xla_model``, ``xm_2``...) where ``alias`` means something else in the script
+        (``xm = 3``, ``for pl in ...``). Added imports go after the script's leading imports, so a name the
+        script binds only further down (in a ``try`` below the first use) is imported there too."""
+        if module not in self._module_names:
+            self._module_names[module] = self._choose_module_name(module, alias)
+        return self._module_names[module]
+
+    def _choose_module_name(self, module: str, alias: str) -> str:
+        for name, node in self.facts.module_imports.get(module, []):
+            if not self._name_taken(name, module):
+                statement = self._top_level_statement(node)
+                if not self._in_leading_imports(statement):
+                    item = (module, None if name == module else name)
+                    self.imports.add(item)
+                    if self._runs_when_reached(node, statement):
+                        self.late_imports.setdefault(item, statement)
+                return name
+        last = module.rsplit(".", 1)[-1]
+        candidates = [alias, *([last] if last != alias else []), *(f"{alias}_{n}" for n in range(2, 100))]
+        name = next(n for n in candidates if not self._name_taken(n, module))
+        self.imports.add((module, None if name == module else name))
+        return name
+
+    def _name_taken(self, name: str, module: str) -> bool:
+        """``name`` means something other than ``module`` somewhere in the script: bound in any function,
+        class or comprehension, or at module level by anything but an import of ``module`` (or the fallback
+        of a ``try`` importing it: ``except ImportError: xm = None``), read without a binding (a builtin, a
+        star import), or chosen for another module in this run."""
+        if name in self._module_names.values() or name in _BUILTIN_NAMES:
+            return True
+        for scope in self._all_scopes():
+            for assignment in scope.assignments[name]:
+                if not (isinstance(scope, GlobalScope) and self._binds_module(assignment.node, name, module)):
+                    return True
+            if any(not access.referents for access in scope.accesses[name]):
+                return True
+        return False
+
+    def _binds_module(self, binding: cst.CSTNode, name: str, module: str) -> bool:
+        imports = [node for local, node in self.facts.module_imports.get(module, []) if local == name]
+        if binding in imports:
+            return True
+        handler = self._enclosing(binding, cst.ExceptHandler)
+        trying = self.parent(handler) if handler is not None else None
+        return trying is not None and any(self._enclosing(node, cst.Try) is trying for node in imports)
+
+    def _enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
+        current = self.parent(node)
+        while current is not None and not isinstance(current, (kind, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            current = self.parent(current)
+        return current if isinstance(current, kind) else None
+
+    def _runs_when_reached(self, node: cst.CSTNode, statement: cst.BaseStatement) -> bool:
+        """The import runs whenever its top-level statement does: a plain import line, or one in the body of
+        a ``try`` (not under an ``if``, in a handler or in a loop)."""
+        if statement is self.parent(node):
+            return True
+        return (isinstance(statement, cst.Try) and self.parent(self.parent(node)) is statement.body
+                and self.parent(self.parent(self.parent(node))) is statement)
+
+    def _top_level_statement(self, node: cst.CSTNode) -> cst.BaseStatement:
+        statement = node
+        while self.parent(statement) is not self.module:
+            statement = self.parent(statement)
+        return statement
+
+    def _in_leading_imports(self, statement: cst.BaseStatement) -> bool:
+        """A statement of the module's leading imports, after which added imports go."""
+        from .imports import insertion_index
+
+        body = list(self.module.body)
+        return patterns.is_import_line(statement) and body.index(statement) < insertion_index(body)
+
+    def _all_scopes(self) -> list[Scope]:
+        if self._scopes_list is None:
+            self._scopes_list = list({id(s): s for s in self.scopes.values() if s is not None}.values())
+        return self._scopes_list
 
     def spell(self, concept: str, *args: str) -> str:
         """Code for a target concept, e.g. ``spell("optimizer_step", "opt")`` -> ``xm.optimizer_step(opt)``."""
@@ -243,16 +324,63 @@ class MigrationContext:
         return name
 
     def _usable(self, name: str, scope: Scope, own_scope: Scope | None, node: cst.CSTNode) -> bool:
-        """A device variable of ``scope`` can be used at ``node``: in the node's own scope only when bound
-        before it, and from an outer scope only when the own scope does not bind the name too (a later
-        ``device = ...`` makes ``device`` an unbound local up to there)."""
+        """A device variable of ``scope`` holds the device at ``node``. In the node's own scope: the binding
+        of the name that comes last before the node is one that assigns a device (``device = None`` first,
+        or ``x = batch.cuda()`` before ``x = torch.device(...)``, does not). From an outer scope: the own
+        scope does not bind the name (a later ``device = ...`` makes it an unbound local up to there), and
+        every binding of it there assigns a device (which one a call sees depends on when it runs)."""
         if own_scope is None:
             return True
+        bindings = [a.node for a in scope.assignments[name] if isinstance(a.node, cst.CSTNode)]
         if scope is not own_scope:
-            return not own_scope.assignments[name]
-        where = self.position(node)
-        return any((0, 0) < self.position(a.node) < where for a in own_scope.assignments[name]
-                   if isinstance(a.node, cst.CSTNode))
+            return not own_scope.assignments[name] and all(b in self.facts.device_bindings for b in bindings)
+        where = self._start(node)
+        before = [(self._bound_at(b), b) for b in bindings]
+        before = [(point, b) for point, b in before if point is not None and point <= where]
+        if not before:
+            return False
+        last = max(before, key=lambda pair: pair[0])[1]
+        return last in self.facts.device_bindings or self._other_branch_binds_device(last, bindings)
+
+    def _other_branch_binds_device(self, binding: cst.CSTNode, bindings: list[cst.CSTNode]) -> bool:
+        """``binding`` is in a branch of an ``if`` or ``try`` another branch of which assigns the device: the
+        CPU fallback (``if torch.cuda.is_available(): device = torch.device("cuda") else: device = "cpu"``),
+        which one reaches the use depends on the run, as it did before the migration."""
+        devices = [b for b in bindings if b in self.facts.device_bindings]
+        child, current = binding, self.parent(binding)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            if isinstance(current, (cst.If, cst.Try)):
+                for device in devices:
+                    branch = self._child_towards(device, current)
+                    if branch is not None and branch is not child:
+                        return True
+            child, current = current, self.parent(current)
+        return False
+
+    def _child_towards(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> cst.CSTNode | None:
+        """The child of ``ancestor`` that holds ``node`` (None when ``node`` is not below it)."""
+        child, current = node, self.parent(node)
+        while current is not None and current is not ancestor:
+            child, current = current, self.parent(current)
+        return child if current is ancestor else None
+
+    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
+        code_range = self._positions.get(node)
+        return (code_range.start.line, code_range.start.column) if code_range else (0, 0)
+
+    def _bound_at(self, binding: cst.CSTNode) -> tuple[int, int] | None:
+        """Where a binding takes effect: after the value of an assignment (``x = f(x)`` reads the old
+        ``x``), at the start of the function for a parameter, after the target elsewhere (``for``, ``with``)."""
+        if isinstance(binding, cst.Param):
+            return (0, 0)
+        current: cst.CSTNode | None = binding
+        while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.NamedExpr,
+                                                                 cst.BaseCompoundStatement, cst.CompFor)):
+            current = self.parent(current)
+        if not isinstance(current, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+            current = binding
+        code_range = self._positions.get(current)
+        return (code_range.end.line, code_range.end.column) if code_range else None
 
     def _self_device_attribute(self, node: cst.CSTNode) -> str | None:
         scope = self.function_scope(node)

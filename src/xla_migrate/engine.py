@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate
+from . import gate, nesting
 from .apply import Applied, apply_edits
 from .context import MigrationContext
 from .imports import add_imports, remove_dead_imports
@@ -38,8 +38,12 @@ class PipelineOutput:
     distributed: bool = False
 
 
-def check_input(data: bytes) -> InputError | None:
-    """Reject what is not Python source text before parsing: binary files and undecodable bytes."""
+def check_input(data: bytes) -> InputError | str:
+    """The source text, or why these bytes are not Python source: binary, UTF-16, undecodable."""
+    if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        return InputError("UTF-32 is not supported: save the file as UTF-8 (Python reads source as UTF-8)")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return InputError("UTF-16 is not supported: save the file as UTF-8 (Python reads source as UTF-8)")
     if b"\0" in data:
         return InputError("binary file (contains NUL bytes), not Python source")
     try:
@@ -50,28 +54,43 @@ def check_input(data: bytes) -> InputError | None:
             return InputError(f"cannot read: {error.msg}")
         encoding = "utf-8"
     try:
-        data.decode(encoding)
+        return data.decode(encoding)
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         declared = codecs.lookup(encoding).name
         return InputError(f"not valid {declared}: byte 0x{data[error.start]:02x} cannot be decoded", line,
                           error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1)
-    return None
 
 
-def parse(data: bytes) -> cst.Module | InputError:
-    error = check_input(data)
-    if error is not None:
-        return error
+def parse(source: bytes | str) -> cst.Module | InputError:
+    """Bytes are decoded as Python would (coding cookie, BOM); a str is taken as the text itself."""
+    if isinstance(source, bytes):
+        text = check_input(source)
+        if isinstance(text, InputError):
+            return text
+    elif "\0" in source:
+        return InputError("contains NUL characters, not Python source")
+    else:
+        text = source
+    deep = nesting.too_deep_at(text)
+    if deep is not None:
+        return too_deep_error(*deep)
     try:
-        return cst.parse_module(data)
+        return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        return _syntax_error(data, error)
-    except (RecursionError, MemoryError) as error:
-        return InputError(f"cannot parse: {type(error).__name__}")
+        return _syntax_error(source, error)
+    except RecursionError:
+        return too_deep_error()
+    except MemoryError:
+        return InputError("cannot parse: out of memory")
 
 
-def _syntax_error(data: bytes, error: cst.ParserSyntaxError) -> InputError:
+def too_deep_error(line: int | None = None, column: int | None = None) -> InputError:
+    return InputError(f"too deeply nested for xla-migrate (more than {nesting.MAX_DEPTH} levels of brackets, "
+                      "operators, attribute or call chains, joined strings or blocks)", line, column)
+
+
+def _syntax_error(data: bytes | str, error: cst.ParserSyntaxError) -> InputError:
     """Python's own message and position where it has one (``Missing parentheses in call to 'print'``):
     libcst's are a list of expected tokens, and its reported column is not always the failing one."""
     try:
@@ -160,7 +179,7 @@ def _applied(ctx: MigrationContext, applied: Applied) -> Applied:
     """The applied edits with the imports fixed: dead ones removed, the ones the output needs added."""
     if applied.module is not ctx.module:
         new_module = remove_dead_imports(applied.module, ctx.maybe_dead_imports)
-        applied.module = add_imports(new_module, ctx.imports)
+        applied.module = add_imports(new_module, ctx.imports, ctx.late_imports)
     return applied
 
 

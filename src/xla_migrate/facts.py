@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import Scope
+from libcst.metadata import GlobalScope, Scope
 
 from . import patterns
 
@@ -90,10 +90,15 @@ def is_xla_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
 class Facts:
     # Module -> the local name the script binds it to (``torch`` -> ``T`` after ``import torch as T``).
     module_aliases: dict[str, str] = field(default_factory=dict)
+    # Module -> (local name, import node) of each module-level import binding it (inside a top-level try or
+    # if too; not in a function or class), in source order: what new code may reuse (ctx.local_name).
+    module_imports: dict[str, list[tuple[str, cst.CSTNode]]] = field(default_factory=dict)
     # Every name bound at module level (new names must not collide with them).
     global_names: set[str] = field(default_factory=set)
     # Names that hold a device, per scope (assigned from a device expression, or a parameter named device).
     device_names: dict[Scope, set[str]] = field(default_factory=dict)
+    # The bindings that make those names hold a device: assignment targets (Name nodes) and parameters.
+    device_bindings: set[cst.CSTNode] = field(default_factory=set)
     # Class -> attribute of self holding its device (``self.device = torch.device("cuda")``).
     class_device_attrs: dict[cst.ClassDef, str] = field(default_factory=dict)
     # Spellings (``optimizer``, ``self.opt``) bound to optimizers, GradScalers, DataLoaders.
@@ -177,10 +182,10 @@ class FactsCollector(cst.CSTVisitor):
             if module is None:
                 continue
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.facts.module_aliases.setdefault(module, alias.asname.name.value)
+                self._import(module, alias.asname.name.value, node)
             else:
                 top = module.split(".")[0]
-                self.facts.module_aliases.setdefault(top, top)
+                self._import(top, top, node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.module is None or node.relative or isinstance(node.names, cst.ImportStar):
@@ -188,7 +193,12 @@ class FactsCollector(cst.CSTVisitor):
         base = patterns.dotted_name(node.module)
         for alias in node.names:
             local = alias.evaluated_alias or alias.evaluated_name
-            self.facts.module_aliases.setdefault(f"{base}.{alias.evaluated_name}", local)
+            self._import(f"{base}.{alias.evaluated_name}", local, node)
+
+    def _import(self, module: str, local: str, node: cst.CSTNode) -> None:
+        self.facts.module_aliases.setdefault(module, local)
+        if isinstance(self._scopes.get(node), GlobalScope):
+            self.facts.module_imports.setdefault(module, []).append((local, node))
 
     # Scopes and definitions --------------------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -211,6 +221,7 @@ class FactsCollector(cst.CSTVisitor):
         for param in [*node.params.params, *node.params.kwonly_params, *node.params.posonly_params]:
             if param.name.value == "device" and scope is not None:
                 self.facts.device_names.setdefault(scope, set()).add("device")
+                self.facts.device_bindings.add(param)
             if is_optimizer_param_name(param.name.value) and scope is not None:
                 self.facts.optimizer_params.setdefault(scope, set()).add(param.name.value)
 
@@ -307,6 +318,7 @@ class FactsCollector(cst.CSTVisitor):
             scope = self._scopes.get(target)
             if scope is not None:
                 self.facts.device_names.setdefault(scope, set()).add(target.value)
+                self.facts.device_bindings.add(target)
         elif (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
                 and target.value.value == "self" and self._classes):
             self.facts.class_device_attrs.setdefault(self._classes[-1], target.attr.value)

@@ -13,7 +13,7 @@ from libcst.helpers import get_full_name_for_node
 from .patterns import is_docstring, is_import_line, is_ipython_placeholder, merge_carried_lines
 
 
-def _insertion_index(body: list[cst.BaseStatement]) -> int:
+def insertion_index(body: list[cst.BaseStatement]) -> int:
     index = 0
     if body and is_docstring(body[0]):
         index = 1
@@ -34,14 +34,73 @@ def _import_line(module: str, alias: str | None) -> cst.SimpleStatementLine:
     return cst.parse_statement(code)  # type: ignore[return-value]
 
 
-def add_imports(module: cst.Module, imports: set[tuple[str, str | None]]) -> cst.Module:
+def add_imports(module: cst.Module, imports: set[tuple[str, str | None]],
+                late: dict[tuple[str, str | None], cst.BaseStatement] | None = None) -> cst.Module:
+    """``late``: imports the script makes itself further down (the top-level statement that binds each,
+    a ``try`` say). Such an import is added only when something may read the name before that statement
+    runs: a module-level read of it above the statement, or anything above it other than imports,
+    definitions and assignments without calls (a call could reach a function that reads it)."""
+    imports = {item for item in imports if not (late and item in late and _bound_in_time(module, item, late[item]))}
     if not imports:
         return module
     body = list(module.body)
-    index = _insertion_index(body)
+    index = insertion_index(body)
     new_lines = [_import_line(name, alias) for name, alias in sorted(imports, key=lambda i: (i[0], i[1] or ""))]
     body[index:index] = new_lines
     return module.with_changes(body=body)
+
+
+def _bound_in_time(module: cst.Module, item: tuple[str, str | None], binding: cst.BaseStatement) -> bool:
+    body = list(module.body)
+    if not any(statement is binding for statement in body):
+        return False  # the statement was rewritten: keep the import rather than guess
+    name = item[1] or item[0]
+    for statement in body[:[id(s) for s in body].index(id(binding))]:
+        if not (is_import_line(statement) or is_docstring(statement)
+                or isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+                or (isinstance(statement, cst.SimpleStatementLine) and _has_no_call(statement))):
+            return False
+        reads = _ModuleLevelReads()
+        statement.visit(reads)
+        if name in reads.names or reads.calls:
+            return False
+    return True
+
+
+def _has_no_call(statement: cst.CSTNode) -> bool:
+    reads = _ModuleLevelReads()
+    statement.visit(reads)
+    return not reads.calls
+
+
+class _ModuleLevelReads(cst.CSTVisitor):
+    """Names read, and calls made, when a top-level statement runs: function and lambda bodies are not
+    entered (their decorators and defaults are), class bodies are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+        self.calls = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for part in (*node.decorators, node.params, node.returns):
+            if part is not None:
+                part.visit(self)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        node.params.visit(self)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.calls = self.calls or bool(node.decorators) or bool(node.bases) or bool(node.keywords)
+        return True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls = True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
 
 
 def remove_dead_imports(module: cst.Module, candidates: set[tuple[str, str | None]]) -> cst.Module:

@@ -239,29 +239,6 @@ class Outcome:
     data_parallel: str = ""  # the form a distributed script was migrated to ("" for a single-device one)
 
 
-_OPTIONS: Options | None = None
-
-
-def init_worker(options: Options) -> None:
-    global _OPTIONS
-    _OPTIONS = options
-    _INTERRUPT.requested = _INTERRUPT.migrating = False
-    signal.signal(signal.SIGINT, _on_sigint)
-
-
-def process_chunk(tasks: list[Task]) -> list[Outcome]:
-    """The chunk's outcomes; after Ctrl-C only those that finished (the parent lists the rest)."""
-    done = []
-    for task in tasks:
-        if _INTERRUPT.requested:
-            break
-        try:
-            done.append(process(task, _OPTIONS))
-        except KeyboardInterrupt:
-            break
-    return done
-
-
 # Ctrl-C ------------------------------------------------------------------------------------------------------
 class Interrupted(Exception):
     """Ctrl-C during ``run_all``: ``outcomes`` finished (their writes are complete), ``not_reached`` were not
@@ -322,13 +299,15 @@ class _SigintHandled:
         return False
 
 
-def _interrupt_workers(pool) -> None:
-    """Pass Ctrl-C on to the workers (a terminal sends it to them too; ``kill -INT`` reaches only us)."""
-    for worker in list((getattr(pool, "_processes", None) or {}).values()):
-        try:
-            os.kill(worker.pid, signal.SIGINT)
-        except (OSError, AttributeError):
-            pass
+def init_worker() -> None:
+    """In a worker process: Ctrl-C (from the terminal, or passed on by the parent) stops it as it stops a
+    serial run."""
+    _INTERRUPT.requested = _INTERRUPT.migrating = False
+    signal.signal(signal.SIGINT, _on_sigint)
+
+
+def interrupt_requested() -> bool:
+    return _INTERRUPT.requested
 
 
 def process(task: Task, options: Options) -> Outcome:
@@ -408,7 +387,9 @@ def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome)
 
 # Running many ------------------------------------------------------------------------------------------------
 def run_all(tasks: list[Task], options: Options, jobs: int, progress=None) -> list[Outcome]:
-    """Migrate every task; ``jobs`` worker processes (1: in this process). Sorted by path.
+    """Migrate every task in ``jobs`` supervised worker processes (see ``workers.py``: a worker that
+    crashes costs only its file). Sorted by path. Only a run with nothing to parse, or ``XLA_MIGRATE_DEBUG``
+    set with ``-j 1`` (tracebacks reach the terminal), runs in this process.
 
     Ctrl-C stops the run promptly: pending files are not started, files being migrated are abandoned, writes
     in progress complete; then ``Interrupted`` says what finished and what was not reached."""
@@ -416,7 +397,7 @@ def run_all(tasks: list[Task], options: Options, jobs: int, progress=None) -> li
     jobs = max(1, min(jobs, len(parse_work)))
     outcomes: list[Outcome] = []
     with _SigintHandled():
-        if jobs == 1:
+        if not parse_work or (jobs == 1 and os.environ.get("XLA_MIGRATE_DEBUG")):
             for task in tasks:
                 if _INTERRUPT.requested:
                     break
@@ -427,55 +408,11 @@ def run_all(tasks: list[Task], options: Options, jobs: int, progress=None) -> li
                 if progress:
                     progress(1)
         else:
-            outcomes = _run_in_workers(tasks, options, jobs, progress)
+            from .workers import run_supervised
+
+            outcomes = run_supervised(tasks, options, jobs, progress)
         interrupted = _INTERRUPT.requested
     if interrupted:
         finished = {o.path for o in outcomes}
         raise Interrupted(outcomes, [t for t in tasks if t.path not in finished])
     return sorted(outcomes, key=lambda o: o.path)
-
-
-def _run_in_workers(tasks: list[Task], options: Options, jobs: int, progress) -> list[Outcome]:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    outcomes: list[Outcome] = []
-    # Interleave big and small files so chunks cost about the same.
-    order = sorted(tasks, key=lambda t: _size(t.path), reverse=True)
-    count = max(jobs, min(len(order), jobs * 8))  # several chunks a worker: the last ones even out
-    chunks = [order[i::count] for i in range(count)]
-    from . import registry
-
-    registry.all_rules()  # import the rules once here: forked workers inherit them
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=init_worker,
-                             initargs=(options,)) as pool:
-        pending = {pool.submit(process_chunk, c) for c in chunks}
-        if progress:
-            progress(0, start=True)
-        while pending and not _INTERRUPT.requested:  # a timeout, so that Ctrl-C is seen between chunks
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            for future in done:
-                finished = future.result()
-                outcomes += finished
-                if progress:
-                    progress(len(finished))
-        if _INTERRUPT.requested:
-            for future in pending:
-                future.cancel()
-            _interrupt_workers(pool)
-            for future in pending:
-                if not future.cancelled():
-                    try:
-                        outcomes += future.result()  # what the chunk finished before it stopped
-                    except BaseException:  # noqa: BLE001 - its files are then listed as not reached
-                        pass
-    return outcomes
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
