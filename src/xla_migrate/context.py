@@ -16,6 +16,7 @@ from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, Funct
 
 from . import patterns
 from .facts import Facts, collect_facts
+from .steps import StepModel
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
 
@@ -77,7 +78,7 @@ class Edits:
 
 class MigrationContext:
     def __init__(self, wrapper: cst.MetadataWrapper, target: Target, distributed: bool | None = None,
-                 data_parallel: str | None = None) -> None:
+                 data_parallel: str | None = None, rule_codes: frozenset[str] | None = None) -> None:
         self.module = wrapper.module
         self.target = target
         resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ScopeProvider, ParentNodeProvider])
@@ -91,6 +92,10 @@ class MigrationContext:
         # The data-parallel form (DESIGN.md section 7): "ddp" keeps torch.distributed and DDP on the xla
         # process group, "xm" rebuilds the script on torch_xla's collectives (the seeds' recipe).
         self.data_parallel: str = target.default_data_parallel if data_parallel is None else data_parallel
+        # The codes of the rules in this run (None: every rule), so a rule can tell whether another one runs.
+        self._rule_codes = rule_codes
+        # The step model: per loop, what one training or evaluation step does (steps.py).
+        self.steps = StepModel(self)
         self.edits = Edits()
         self.changes: list[Change] = []
         self.findings: list[Finding] = []
@@ -102,6 +107,15 @@ class MigrationContext:
         self.concepts: set[str] = set()
         # Scope -> name of the device variable this run bound there (so it is bound once per scope).
         self._bound_devices: dict[Scope, str] = {}
+
+    def set_rule_codes(self, codes: frozenset[str]) -> None:
+        """The rules of this run, once the engine has chosen them (after the facts say whether the script
+        already runs on XLA)."""
+        self._rule_codes = codes
+
+    def runs(self, code: str) -> bool:
+        """The rule with this code is part of this run."""
+        return self._rule_codes is None or code in self._rule_codes
 
     # Metadata --------------------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:

@@ -136,6 +136,7 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel)
     if ctx.facts.runs_on_xla:
         rules = [rule for rule in rules if rule.on_xla_code]
+    ctx.set_rule_codes(frozenset(r.code for r in rules))
     if rules:
         module.visit(_BatchedRules([rule(ctx) for rule in rules]))
     applied = _applied(ctx, apply_edits(ctx))

@@ -46,6 +46,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.rule import Rule
+from xla_migrate.steps import Reduction
 from xla_migrate.transforms.distributed import distributed_common as common
 
 _COMMENT = "# All-reduce the gradients once, before they are read (unscale_/clip); the step does not reduce again."
@@ -57,15 +58,10 @@ class GradientAllReduce(Rule):
     summary = "distributed loops that clip/unscale gradients all-reduce them right after backward, once"
     fix_safety = "review"
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        if not ctx.ddp_form:  # in the ddp form DDP reduces the gradients during the backward
-            common.register(ctx, self.code)
-
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.ctx.xm_form:
+        if not self.ctx.xm_form:  # in the ddp form DDP reduces the gradients during the backward
             return
-        for decision in common.reductions(self.ctx):
+        for decision in self.ctx.steps.reductions:
             if not decision.already_reduced:
                 self._insert(decision)
 
@@ -90,7 +86,7 @@ class GradientAllReduce(Rule):
             current = parent
         return None
 
-    def _insert(self, decision: common.LoopReduction) -> None:
+    def _insert(self, decision: Reduction) -> None:
         ctx = self.ctx
         backward = self._statement(decision.backward)
         candidate = self._statement(decision.first_touch)
@@ -104,7 +100,7 @@ class GradientAllReduce(Rule):
                 where, anchor = "after", holder
                 break
             owner = ctx.parent(block)
-            if isinstance(owner, (cst.For, cst.While)) and owner is not decision.loop:
+            if isinstance(owner, (cst.For, cst.While)) and owner is not decision.within:
                 candidate = self._statement(owner)  # a loop over the parameters: reduce before it
                 continue
             where, anchor = "before", candidate

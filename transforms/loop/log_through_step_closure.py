@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
+from xla_migrate import patterns, steps
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.loop import lazy_tensor_common as lazy
+from xla_migrate.steps import Region
 from xla_migrate.transforms.common import short
 
 # Longer closures get one argument per line.
@@ -56,13 +56,11 @@ class LogThroughStepClosure(Rule):
     summary = "logging that reads tensors in a training loop (loss.item(), print(loss)) -> xm.add_step_closure"
 
     def visit_Expr(self, node: cst.Expr) -> None:
-        found = lazy.logging_statement(self.ctx, node)
+        found = steps.logging_statement(self.ctx, node)
         if found is None:
             return
-        call, _ = found
-        loop = lazy.training_loop_of(self.ctx, node)
-        assert loop is not None
-        captured = self._captured(call, loop)
+        call, _, region = found
+        captured = self._captured(call, region)
         params = ", ".join(captured)
         args = f", args=({params},)" if len(captured) == 1 else (f", args=({params})" if captured else "")
         closure = self.ctx.spell("add_step_closure")
@@ -76,7 +74,8 @@ class LogThroughStepClosure(Rule):
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
             return patterns.fill(template, updated)
 
-        self.replace(call, wrap, f"{short(call)} reads tensors mid-step -> {closure}({head} ...)")
+        where = steps.describe_path(self.ctx, region)
+        self.replace(call, wrap, f"{short(call)} reads tensors mid-step{where} -> {closure}({head} ...)")
 
     def _indent(self, node: cst.CSTNode) -> int:
         depth, current = 0, self.ctx.parent(node)
@@ -87,11 +86,12 @@ class LogThroughStepClosure(Rule):
         # Visual width: a tab counts as four columns, so tabs and spaces lay a call out alike.
         return depth * len(self.ctx.module.default_indent.expandtabs(4))
 
-    def _captured(self, call: cst.Call, loop: cst.For | cst.While) -> list[str]:
-        """Names the closure takes as arguments, in order of use: the loop's tensors and every name the
-        enclosing loops assign (their values may change before the closure runs)."""
-        tensors = {name.split(".")[0] for name in lazy.tensor_names(self.ctx, loop) if "." not in name}
-        region = self._outermost_loop(loop)
+    def _captured(self, call: cst.Call, where: Region) -> list[str]:
+        """Names the closure takes as arguments, in order of use: the step's tensors and every name the
+        enclosing loops assign (in a function the step calls: every name of that function), since their
+        values may change before the closure runs."""
+        tensors = {name.split(".")[0] for name in self.ctx.steps.tensor_names(where) if "." not in name}
+        region = where.function if where.in_callee else self._outermost_loop(where.step.loop)
         names: list[str] = []
         for name in _loaded_names(call):
             if name.value in names:

@@ -40,23 +40,21 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import loops, patterns
+from xla_migrate import patterns
 from xla_migrate.rule import Rule
+
 
 class WrapDeviceLoader(Rule):
     code = "XLA301"
     name = "wrap-device-loader"
     summary = "loaders iterated by training/eval loops -> pl.MpDeviceLoader(loader, device) at the loop"
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        loops.register_device_loader_rule(ctx)
-
     def visit_For(self, node: cst.For) -> None:
-        site = loops.loader_site(self.ctx, node)
-        if site is None:
+        step = self.ctx.steps.loop(node)
+        if step is None or not self.ctx.steps.gets_device_loader(step):
             return
-        loader = site.loader
+        loader = step.loader
+        assert loader is not None
         device = self.ctx.device_reference(loader, self.code)
         template = cst.parse_expression(self.ctx.spell("device_loader", patterns.HOLE, device))
         text = " ".join(patterns.code_of(loader).split())
