@@ -9,7 +9,11 @@ What it does:
         gradients = xm._fetch_gradients(optimizer)
         xm.all_reduce("sum", gradients, scale=1.0 / xm.xrt_world_size())
 
-    once per optimizer the loop steps. The step then reduces nothing more: XLA204 leaves that loop's
+    once per optimizer the loop steps, wherever the step's code is: in the loop body, or in a function it
+    calls (a loss-scaler object's ``__call__``, ``self.train_step(batch)``), where both the backward and the
+    first gradient read lie. The reduction runs whenever the step does: a read under ``if clip_grad:`` gets
+    it before that ``if``. With micro-steps in a nested loop it goes after that loop. The step then reduces
+    nothing more: XLA204 leaves that loop's
     ``optimizer.step()`` as it is and XLA202 turns ``scaler.step(opt)`` into ``opt.step()`` where the
     target has no GradScaler (the decision is shared: ``xla_migrate.transforms.distributed.distributed_common``).
     Every other loop keeps its reduction in ``xm.optimizer_step(optimizer)`` (XLA204/XLA202). With
@@ -97,11 +101,14 @@ class GradientAllReduce(Rule):
             block = ctx.parent(candidate)
             holder = self._inside(backward, block)
             if holder is not None:
-                where, anchor = "after", holder
+                where, anchor = "after", holder  # the backward is in this block: right after it
                 break
             owner = ctx.parent(block)
-            if isinstance(owner, (cst.For, cst.While)) and owner is not decision.within:
-                candidate = self._statement(owner)  # a loop over the parameters: reduce before it
+            # The reduction runs whenever the step does: out of an `if clip:` or a loop over the parameters,
+            # up to the block that holds every step (the body, or an accumulation's `if`).
+            holds_steps = all(self._inside(s, block) is not None for s in decision.local_steps)
+            if not holds_steps and owner is not decision.within and not isinstance(owner, cst.Module):
+                candidate = self._statement(owner)
                 continue
             where, anchor = "before", candidate
             break

@@ -43,7 +43,6 @@ import libcst as cst
 
 from xla_migrate import patterns, steps
 from xla_migrate.rule import Rule
-from xla_migrate.steps import Region
 from xla_migrate.transforms.common import short
 
 # Longer closures get one argument per line.
@@ -60,7 +59,7 @@ class LogThroughStepClosure(Rule):
         if found is None:
             return
         call, _, region = found
-        captured = self._captured(call, region)
+        captured = steps.captured_names(self.ctx, [call], region)
         params = ", ".join(captured)
         args = f", args=({params},)" if len(captured) == 1 else (f", args=({params})" if captured else "")
         closure = self.ctx.spell("add_step_closure")
@@ -86,41 +85,6 @@ class LogThroughStepClosure(Rule):
         # Visual width: a tab counts as four columns, so tabs and spaces lay a call out alike.
         return depth * len(self.ctx.module.default_indent.expandtabs(4))
 
-    def _captured(self, call: cst.Call, where: Region) -> list[str]:
-        """Names the closure takes as arguments, in order of use: the step's tensors and every name the
-        enclosing loops assign (in a function the step calls: every name of that function), since their
-        values may change before the closure runs."""
-        tensors = {name.split(".")[0] for name in self.ctx.steps.tensor_names(where) if "." not in name}
-        region = where.function if where.in_callee else self._outermost_loop(where.step.loop)
-        names: list[str] = []
-        for name in _loaded_names(call):
-            if name.value in names:
-                continue
-            if name.value in tensors or self._assigned_in(name, region):
-                names.append(name.value)
-        return names
-
-    def _outermost_loop(self, loop: cst.CSTNode) -> cst.CSTNode:
-        outermost, current = loop, self.ctx.parent(loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            if isinstance(current, (cst.For, cst.While)):
-                outermost = current
-            current = self.ctx.parent(current)
-        return outermost
-
-    def _assigned_in(self, name: cst.Name, region: cst.CSTNode) -> bool:
-        scope = self.ctx.scopes.get(name)
-        if scope is None:
-            return False
-        for assignment in scope[name.value]:
-            node = getattr(assignment, "node", None)
-            current = node
-            while current is not None:
-                if current is region:
-                    return True
-                current = self.ctx.parent(current)
-        return False
-
 
 def _one_argument_per_line(call: cst.Call, indent: str) -> cst.Call:
     """``f(a, b)`` as ``f(\n    a,\n    b,\n)`` at the statement's indentation, one more of the file's own
@@ -132,28 +96,3 @@ def _one_argument_per_line(call: cst.Call, indent: str) -> cst.Call:
     laid_out = [a.with_changes(comma=cst.Comma(whitespace_after=line_break(indent if i < len(args) - 1 else "")))
                 for i, a in enumerate(args)]
     return call.with_changes(args=laid_out, whitespace_before_args=line_break(indent))
-
-
-def _loaded_names(node: cst.CSTNode) -> list[cst.Name]:
-    """Names the expression reads (not attribute names, keywords, or a nested lambda's own parameters)."""
-    found: list[cst.Name] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node)
-
-    node.visit(Finder())
-    return found
-
-
