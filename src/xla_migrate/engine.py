@@ -123,8 +123,11 @@ class _BatchedRules(cst.CSTVisitor):
 
 @functools.lru_cache(maxsize=None)
 def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
-    """Node type names a rule class has ``visit_X``/``leave_X`` methods for (attribute hooks excluded)."""
-    names = [name[len(prefix):] for name in dir(rule_class) if name.startswith(prefix)]
+    """Node type names a rule class has its own ``visit_X``/``leave_X`` methods for (attribute hooks
+    excluded; libcst's base class defines a no-op for every node type, and calling those for every node and
+    every rule cost more than the rules' own work)."""
+    names = [name[len(prefix):] for name in dir(rule_class) if name.startswith(prefix)
+             and getattr(rule_class, name) is not getattr(cst.BatchableCSTVisitor, name, None)]
     return tuple(n for n in names if isinstance(getattr(cst, n, None), type))
 
 

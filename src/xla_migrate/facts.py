@@ -105,6 +105,8 @@ class Facts:
     # Spellings bound to loaders that already deliver batches on the XLA device (``pl.MpDeviceLoader(...)``,
     # ``pl.ParallelLoader(...).per_device_loader(device)``).
     device_loaders: set[str] = field(default_factory=set)
+    # Device loader spelling -> the spelling of the loader it wraps (``pl.MpDeviceLoader(train_loader, d)``).
+    device_loader_sources: dict[str, str] = field(default_factory=dict)
     uses_amp: bool = False
     main_function: cst.FunctionDef | None = None
     main_guard: cst.If | None = None
@@ -254,6 +256,10 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.loaders.add(spelling)
         elif names & set(DEVICE_LOADERS) or patterns.method_call(value, "per_device_loader"):
             self.facts.device_loaders.add(spelling)
+            args = patterns.positional(value)
+            source = patterns.dotted_name(args[0].value) if args and names & set(DEVICE_LOADERS) else None
+            if source is not None:
+                self.facts.device_loader_sources.setdefault(spelling, source)
         elif names & set(DDP):
             self.facts.ddp_models.add(spelling)
 

@@ -1040,6 +1040,13 @@ class _Mentions(cst.CSTVisitor):
         self.names = names
         self.found: list[cst.CSTNode] = []
 
+    # The per-attribute hooks are unused; the default ones cost two lookups per child of every node.
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         if patterns.dotted_name(node) in self.names:
             self.found.append(node)
@@ -1074,24 +1081,41 @@ def is_read_call(ctx: MigrationContext, node: cst.CSTNode, names: set[str]) -> b
         mentions(node.args[0].value, names))
 
 
+class _Reads(_Mentions):
+    def __init__(self, ctx: MigrationContext, names: set[str]) -> None:
+        super().__init__(names)
+        self.ctx = ctx
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in READ_METHODS:
+            self.found.append(node)
+            return False
+        if isinstance(func, (cst.Name, cst.Attribute)):
+            qualnames = self.ctx.qualnames(func)
+            if qualnames & set(STEP_CLOSURES) or "builtins.len" in qualnames:
+                return False  # a closure reads later; a length is a shape
+            if qualnames & set(CONVERSIONS) and node.args and mentions(node.args[0].value, self.names):
+                self.found.append(node)
+                return False
+        return True
+
+
 def reads(ctx: MigrationContext, node: cst.CSTNode, names: set[str]) -> list[cst.CSTNode]:
     """The outermost expressions in ``node`` that read a tensor's value to the host: ``x.item()``,
     ``x.tolist()``, ``x.cpu()``, ``x.numpy()``, ``float(loss)``; with ``names``, also a tensor used as a
     value (printed, formatted, compared)."""
-
-    class Finder(_Mentions):
-        def visit_Call(self, node: cst.Call) -> bool:
-            qualnames = ctx.qualnames(node.func)
-            if qualnames & set(STEP_CLOSURES) or "builtins.len" in qualnames:
-                return False  # a closure reads later; a length is a shape
-            if is_read_call(ctx, node, names):
-                self.found.append(node)
-                return False
-            return True
-
-    finder = Finder(names)
+    finder = _Reads(ctx, names)
     node.visit(finder)
     return finder.found
+
+
+def may_read(node: cst.Call) -> bool:
+    """A cheap test before ``reads``: a read method, or a call of something named float/int/bool."""
+    func = node.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value in READ_METHODS or func.attr.value in ("float", "int", "bool")
+    return isinstance(func, cst.Name) and func.value in ("float", "int", "bool")
 
 
 def in_step_closure(ctx: MigrationContext, node: cst.CSTNode) -> bool:

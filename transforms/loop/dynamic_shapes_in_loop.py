@@ -54,7 +54,6 @@ class DynamicShapesInLoop(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        # A whole-module walk, needed only when the script has training loops.
         self._iterated = self._training_loader_names() if ctx.steps.training_loops else set()
         self._training_args = hf_common.local_training_args_classes(ctx.module, ctx)
         # Names bound to boolean masks, per training loop.
@@ -69,20 +68,7 @@ class DynamicShapesInLoop(Rule):
     def _training_loader_names(self) -> set[str]:
         """Spellings of the loaders the training loops iterate (through enumerate/tqdm and device loaders)."""
         names: set[str] = set()
-        device_loader_args: dict[str, str] = {}
-
-        class Finder(cst.CSTVisitor):
-            def visit_Assign(inner, node: cst.Assign) -> None:
-                value = node.value
-                if isinstance(value, cst.Call) and self.ctx.qualnames(value.func) & set(DEVICE_LOADERS):
-                    args = patterns.positional(value)
-                    source = patterns.dotted_name(args[0].value) if args else None
-                    for target in node.targets:
-                        spelling = patterns.dotted_name(target.target)
-                        if spelling and source:
-                            device_loader_args[spelling] = source
-
-        self.ctx.module.visit(Finder())
+        device_loader_args = self.ctx.facts.device_loader_sources
         for loop in self.ctx.steps.training_loops:
             if not isinstance(loop, cst.For):
                 continue

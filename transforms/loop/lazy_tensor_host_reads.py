@@ -58,6 +58,8 @@ class LazyTensorHostReads(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
+        if not steps.may_read(node):
+            return
         region = ctx.steps.region(node)
         if region is None or steps.in_step_closure(ctx, node) or ctx.steps.after_step_end(node, region):
             return
