@@ -678,7 +678,8 @@ class StepModel:
                 if isinstance(parent, cst.Assign):
                     if self.ctx.is_call_to(raw.node, "builtins.next"):
                         return Batches("iterator", raw.node)
-                    if self.callee(raw.node) is not None:
+                    name = (patterns.dotted_name(raw.node.func) or "").rsplit(".", 1)[-1]
+                    if self.callee(raw.node) is not None or "batch" in name.lower():
                         return Batches("function", raw.node)
         if isinstance(loop, cst.For):
             return Batches("iterable", loop.iter)

@@ -64,7 +64,7 @@ class OptimizerStepToXla(Rule):
             return  # DDP all-reduced the gradients in the backward: xm.optimizer_step would reduce again
         if self.ctx.steps.explicitly_reduced_step(node):
             # XLA406 all-reduces this loop's gradients right after the backward: a second reduction here
-            # would run one more collective per step (distributed_common decides for both rules).
+            # would run one more collective per step (the step model decides for both rules).
             return
         closure = self._closure(node)
         if closure is False:

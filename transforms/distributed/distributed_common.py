@@ -13,6 +13,7 @@ import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.context import MigrationContext
+from xla_migrate.transforms.common import fresh_name  # noqa: F401 - the distributed rules' own name
 
 DIST = "torch.distributed."
 
@@ -140,10 +141,3 @@ def master_guard(ctx: MigrationContext, node: cst.Comparison) -> tuple[str, bool
         if values in ({0}, {-1, 0}):
             return kind, isinstance(op, cst.NotIn)
     return None
-
-
-def fresh_name(ctx: MigrationContext, node: cst.CSTNode, name: str) -> str:
-    """``name``, prefixed with ``xla_`` until no scope visible at ``node`` binds it."""
-    while any(name in scope for scope in ctx.visible_scopes(node)):
-        name = "xla_" + name
-    return name

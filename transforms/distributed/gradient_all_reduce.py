@@ -15,7 +15,7 @@ What it does:
     it before that ``if``. With micro-steps in a nested loop it goes after that loop. The step then reduces
     nothing more: XLA204 leaves that loop's
     ``optimizer.step()`` as it is and XLA202 turns ``scaler.step(opt)`` into ``opt.step()`` where the
-    target has no GradScaler (the decision is shared: ``xla_migrate.transforms.distributed.distributed_common``).
+    target has no GradScaler (the decision is the step model's: ``ctx.steps.reductions``).
     Every other loop keeps its reduction in ``xm.optimizer_step(optimizer)`` (XLA204/XLA202). With
     gradient accumulation (the step inside ``if (i + 1) % k == 0:``) the reduction goes at the top of
     that block, before the first statement that touches the gradients, so it runs once per step rather than

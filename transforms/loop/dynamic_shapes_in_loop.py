@@ -4,7 +4,7 @@ What it does:
     Reports, with the line and the fix: a ``DataLoader`` that a training loop iterates without
     ``drop_last=True`` (its last batch is smaller when the dataset is not a multiple of the batch size), and
     Hugging Face ``TrainingArguments(...)`` without ``dataloader_drop_last=True`` (the Trainer's loader);
-    in a training loop (the innermost loop that calls ``backward()``), boolean-mask indexing
+    in a training step (a training loop's body or a function it calls, as the step model sees them), boolean-mask indexing
     (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
     one-argument ``torch.where(cond)``). Nothing is rewritten.

@@ -56,8 +56,7 @@ import libcst as cst
 from xla_migrate import steps
 from xla_migrate.rule import Rule
 from xla_migrate.steps import FiniteCheck
-from xla_migrate.transforms.common import short
-from xla_migrate.transforms.distributed.distributed_common import fresh_name
+from xla_migrate.transforms.common import fresh_name, short
 
 
 class FiniteCheckInClosure(Rule):

@@ -1,12 +1,17 @@
 """XLA311 lazy-tensor-host-reads: tensor values read every step for control flow or accumulation are reported.
 
 What it does:
-    In a training loop (the innermost loop that calls ``backward()``), reports each read of a tensor's value
-    to the host that is not pure logging: ``loss.item()``, ``float(loss)``, ``x.tolist()``, ``x.cpu()``,
+    In a training step or an evaluation batch, as the step model sees them (``xla_migrate.steps``: the loop's
+    body, and the functions it calls, followed through ``self`` methods and objects' ``__call__``), reports
+    each read of a tensor's value to the host that is not pure logging: ``loss.item()``, ``float(loss)``,
+    ``x.tolist()``, ``x.cpu()``,
     ``x.numpy()`` in assignments, accumulations (``total += loss.item()``), calls (``losses.append(...)``),
     and ``if``/``while`` conditions that test a tensor (``if loss.item() > 10:``, ``if torch.isnan(loss):``).
-    Nothing is rewritten: the value is used in the step itself. Logging statements are XLA310's (moved into
-    a step closure); reads inside ``xm.add_step_closure`` are already where they belong, and so are reads
+    A read in a called function names its call path (``loss.item() in Trainer._run_batch (run every step
+    by the loop at line 40: self._run_batch(...))``). Nothing is rewritten here. Logging statements are
+    XLA310's (moved into a step closure), running sums XLA313's (kept on the device), finite checks that stop
+    training XLA314's; when those rules run, the reads they move are not reported. Reads inside
+    ``xm.add_step_closure`` are already where they belong, and so are reads
     after the step's end (after a step barrier, or after the optimizer step in a loop without a device
     loader, where XLA302 marks the step).
 
@@ -48,8 +53,8 @@ CONTROL = "decide from a value read every N steps (or after the loop), not every
 class LazyTensorHostReads(Rule):
     code = "XLA311"
     name = "lazy-tensor-host-reads"
-    summary = "tensor reads in a training loop that are not logging (total += loss.item(), if loss > x) are reported"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    summary = "tensor reads per training step or eval batch that no rule moves (if loss > x, x.cpu()) are reported"
+    on_xla_code = True  # reports only: it runs on code already on XLA too
 
     def _report(self, node: cst.CSTNode, region: Region, fix: str, what: str) -> None:
         every = "every step" if region.step.kind == "train" else "every evaluation batch"

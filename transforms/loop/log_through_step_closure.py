@@ -1,7 +1,8 @@
 """XLA310 log-through-step-closure: logging that reads tensors in a training loop runs in xm.add_step_closure.
 
 What it does:
-    In a training loop (the innermost loop that calls ``backward()``), a statement that only logs (``print``,
+    In a training step (a training loop's body, or a function the step calls: ``self.train_step(batch)``), as
+    the step model sees it (``xla_migrate.steps``), a statement that only logs (``print``,
     ``logger.info(...)`` and other logger methods, ``writer.add_scalar(...)``, ``pbar.set_postfix(...)``,
     ``accelerator.print``), possibly under ``if step % N == 0:``, and reads a tensor's value (``loss.item()``,
     ``float(loss)``, ``print(loss)``, ``f"{loss:.4f}"``) is moved into the target's step closure:
@@ -52,7 +53,7 @@ LINE_LIMIT = 100
 class LogThroughStepClosure(Rule):
     code = "XLA310"
     name = "log-through-step-closure"
-    summary = "logging that reads tensors in a training loop (loss.item(), print(loss)) -> xm.add_step_closure"
+    summary = "logging that reads tensors in a training step (loss.item(), print(loss)) -> xm.add_step_closure"
 
     def visit_Expr(self, node: cst.Expr) -> None:
         found = steps.logging_statement(self.ctx, node)
