@@ -833,8 +833,7 @@ class StepModel:
         for event in step.of_kind(BARRIER, nested=False):
             if not event.path and self._follows(node, event.node, loop):
                 return True
-        if self.ctx.facts.uses_accelerate or self.iterates_device_loader(step) or step.has_barrier or \
-                not self.ctx.runs("XLA302"):
+        if self.ctx.facts.uses_accelerate or self.iterates_device_loader(step) or step.has_barrier:
             return False
         site = step.barrier_site
         if site is None or not site.after_update or isinstance(site.block, cst.SimpleStatementSuite):
