@@ -734,7 +734,6 @@ class StepModel:
         if isinstance(block, cst.SimpleStatementSuite):
             return BarrierSite(block, block, True)
         statements = list(block.body)  # type: ignore[attr-defined]
-        first = min(statements.index(c[depth][1]) for c in chains)
         last = max(statements.index(c[depth][1]) for c in chains)
         # Later updates join the step unless a host read comes first (``scheduler.step(loss.item())``).
         reads = [self._index_in(e.site, block, depth, step, statements) for e in step.of_kind(READ, nested=False)]
