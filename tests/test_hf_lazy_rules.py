@@ -123,6 +123,9 @@ def test_host_reads(target):
         (17, f"output.argmax(dim=1).cpu().numpy(): reads a tensor's value to the host {sync}"),
         (18, f"loss.item() > 100: a condition on a tensor's value reads it to the host {sync}"),
         (20, f"torch.isnan(loss): a condition on a tensor's value reads it to the host {sync}"),
+        # evaluate: an evaluation loop (a model forward per batch) reads its count every batch.
+        (33, "(model(x).argmax(1) == y).sum().item(): reads a tensor's value to the host every evaluation batch "
+             "(a device sync: the graph runs mid-step)"),
         # train_with_barrier: the condition before the step is reported, the sum after xm.mark_step() is not.
         (41, f"loss.item() > 100: a condition on a tensor's value reads it to the host {sync}"),
     ]

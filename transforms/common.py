@@ -52,3 +52,10 @@ def joined(args: list[cst.Arg]) -> list[cst.Arg]:
 def short(node: cst.CSTNode, limit: int = 60) -> str:
     text = " ".join(patterns.code_of(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def fresh_name(ctx: MigrationContext, node: cst.CSTNode, name: str) -> str:
+    """``name``, prefixed with ``xla_`` until no scope visible at ``node`` binds it."""
+    while any(name in scope for scope in ctx.visible_scopes(node)):
+        name = "xla_" + name
+    return name

@@ -17,6 +17,7 @@ from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, Funct
 
 from . import patterns
 from .facts import Facts, collect_facts
+from .steps import StepModel
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
 
@@ -79,7 +80,7 @@ class Edits:
 
 class MigrationContext:
     def __init__(self, wrapper: cst.MetadataWrapper, target: Target, distributed: bool | None = None,
-                 data_parallel: str | None = None) -> None:
+                 data_parallel: str | None = None, rule_codes: frozenset[str] | None = None) -> None:
         self.module = wrapper.module
         self.target = target
         resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ScopeProvider, ParentNodeProvider])
@@ -93,6 +94,10 @@ class MigrationContext:
         # The data-parallel form (DESIGN.md section 7): "ddp" keeps torch.distributed and DDP on the xla
         # process group, "xm" rebuilds the script on torch_xla's collectives (the seeds' recipe).
         self.data_parallel: str = target.default_data_parallel if data_parallel is None else data_parallel
+        # The codes of the rules in this run (None: every rule), so a rule can tell whether another one runs.
+        self._rule_codes = rule_codes
+        # The step model: per loop, what one training or evaluation step does (steps.py).
+        self.steps = StepModel(self)
         self.edits = Edits()
         self.changes: list[Change] = []
         self.findings: list[Finding] = []
@@ -110,6 +115,15 @@ class MigrationContext:
         # Module -> the name new code uses for it (see local_name).
         self._module_names: dict[str, str] = {}
         self._scopes_list: list[Scope] | None = None
+
+    def set_rule_codes(self, codes: frozenset[str]) -> None:
+        """The rules of this run, once the engine has chosen them (after the facts say whether the script
+        already runs on XLA)."""
+        self._rule_codes = codes
+
+    def runs(self, code: str) -> bool:
+        """The rule with this code is part of this run."""
+        return self._rule_codes is None or code in self._rule_codes
 
     # Metadata --------------------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:

@@ -142,8 +142,11 @@ class _BatchedRules(cst.CSTVisitor):
 
 @functools.lru_cache(maxsize=None)
 def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
-    """Node type names a rule class has ``visit_X``/``leave_X`` methods for (attribute hooks excluded)."""
-    names = [name[len(prefix):] for name in dir(rule_class) if name.startswith(prefix)]
+    """Node type names a rule class has its own ``visit_X``/``leave_X`` methods for (attribute hooks
+    excluded; libcst's base class defines a no-op for every node type, and calling those for every node and
+    every rule cost more than the rules' own work)."""
+    names = [name[len(prefix):] for name in dir(rule_class) if name.startswith(prefix)
+             and getattr(rule_class, name) is not getattr(cst.BatchableCSTVisitor, name, None)]
     return tuple(n for n in names if isinstance(getattr(cst, n, None), type))
 
 
@@ -155,6 +158,7 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel)
     if ctx.facts.runs_on_xla:
         rules = [rule for rule in rules if rule.on_xla_code]
+    ctx.set_rule_codes(frozenset(r.code for r in rules))
     if rules:
         module.visit(_BatchedRules([rule(ctx) for rule in rules]))
     applied = _applied(ctx, apply_edits(ctx))

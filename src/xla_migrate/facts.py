@@ -110,8 +110,8 @@ class Facts:
     # Spellings bound to loaders that already deliver batches on the XLA device (``pl.MpDeviceLoader(...)``,
     # ``pl.ParallelLoader(...).per_device_loader(device)``).
     device_loaders: set[str] = field(default_factory=set)
-    # Innermost loops that run a backward pass: the training loops.
-    training_loops: list[cst.For | cst.While] = field(default_factory=list)
+    # Device loader spelling -> the spelling of the loader it wraps (``pl.MpDeviceLoader(train_loader, d)``).
+    device_loader_sources: dict[str, str] = field(default_factory=dict)
     uses_amp: bool = False
     main_function: cst.FunctionDef | None = None
     main_guard: cst.If | None = None
@@ -157,16 +157,8 @@ class FactsCollector(cst.CSTVisitor):
         self.facts = Facts()
         self._qualnames = qualnames
         self._scopes = scopes
-        self._loops: list[cst.For | cst.While] = []
         self._function_depth = 0
         self._classes: list[cst.ClassDef] = []
-        # For loops whose step runs in a called function (``for batch in loader: self.train_step(batch)``):
-        # (function name, loop depth when it was entered) for each open function...
-        self._functions: list[tuple[str, int]] = []
-        # ...names of functions that call backward() outside any loop of their own (one step each)...
-        self._step_functions: set[str] = set()
-        # ...and (innermost loop, name of a function or self method it calls).
-        self._loop_calls: list[tuple[cst.For | cst.While, str]] = []
 
     # The per-attribute hooks are unused; the default ones cost two lookups per child of every node.
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
@@ -216,7 +208,6 @@ class FactsCollector(cst.CSTVisitor):
         if self._function_depth == 0 and not self._classes and node.name.value == "main":
             self.facts.main_function = node
         self._function_depth += 1
-        self._functions.append((node.name.value, len(self._loops)))
         scope = self._scopes.get(node.body)
         for param in [*node.params.params, *node.params.kwonly_params, *node.params.posonly_params]:
             if param.name.value == "device" and scope is not None:
@@ -227,7 +218,6 @@ class FactsCollector(cst.CSTVisitor):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._function_depth -= 1
-        self._functions.pop()
 
     def visit_If(self, node: cst.If) -> None:
         test = node.test
@@ -235,19 +225,6 @@ class FactsCollector(cst.CSTVisitor):
                 and patterns.dotted_name(test.left) == "__name__"
                 and any(patterns.string_value(c.comparator) == "__main__" for c in test.comparisons)):
             self.facts.main_guard = node
-
-    # Loops -------------------------------------------------------------------------------------------------
-    def visit_For(self, node: cst.For) -> None:
-        self._loops.append(node)
-
-    def leave_For(self, original_node: cst.For) -> None:
-        self._loops.pop()
-
-    def visit_While(self, node: cst.While) -> None:
-        self._loops.append(node)
-
-    def leave_While(self, original_node: cst.While) -> None:
-        self._loops.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self._qualnames(node.func)
@@ -259,26 +236,6 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.distributed_signals.append(node)
         if _runs_on_xla(node, names):
             self.facts.xla_signals.append(node)
-        if patterns.method_call(node, "backward"):
-            function_loop_depth = self._functions[-1][1] if self._functions else 0
-            if len(self._loops) > function_loop_depth:
-                loop = self._loops[-1]
-                if loop not in self.facts.training_loops:
-                    self.facts.training_loops.append(loop)
-            elif self._functions:
-                self._step_functions.add(self._functions[-1][0])
-        elif self._loops:
-            callee = node.func
-            if isinstance(callee, cst.Attribute) and isinstance(callee.value, cst.Name) and callee.value.value == "self":
-                self._loop_calls.append((self._loops[-1], callee.attr.value))
-            elif isinstance(callee, cst.Name):
-                self._loop_calls.append((self._loops[-1], callee.value))
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        # A loop that calls a function doing one backward pass is a training loop too: its step is that call.
-        for loop, callee in self._loop_calls:
-            if callee in self._step_functions and loop not in self.facts.training_loops:
-                self.facts.training_loops.append(loop)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if environment_variable(node, self._qualnames) in TORCHRUN_VARIABLES:
@@ -310,6 +267,10 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.loaders.add(spelling)
         elif names & set(DEVICE_LOADERS) or patterns.method_call(value, "per_device_loader"):
             self.facts.device_loaders.add(spelling)
+            args = patterns.positional(value)
+            source = patterns.dotted_name(args[0].value) if args and names & set(DEVICE_LOADERS) else None
+            if source is not None:
+                self.facts.device_loader_sources.setdefault(spelling, source)
         elif names & set(DDP):
             self.facts.ddp_models.add(spelling)
 

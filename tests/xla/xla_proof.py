@@ -45,6 +45,12 @@ class Script:
     item_every_step: bool = False  # logs loss.item() every step (the lazy-tensor rewrite is issue 5)
     checkpoint: str | None = None  # the file the script saves (relative to its working folder)
     checkpoint_key: str | None = None  # the state dict's key inside the checkpoint, when it is nested
+    # Shapes of the step model (issue 12): optimizer steps when the `step N loss X` lines also carry evaluation
+    # results (None: one per line); evaluation batches (one graph run each); host reads the migrated script
+    # makes outside step closures by design (sums read back after a loop, logging after the barrier).
+    optimizer_steps: int | None = None
+    eval_batches: int = 0
+    host_reads: int = 0
 
     @property
     def path(self) -> Path:
@@ -60,6 +66,12 @@ SCRIPTS = [
     Script("ddp_torchrun", distributed=True, checkpoint="model.pt"),
     Script("aliased_imports", checkpoint="net.pt"),
     Script("mnist_conv", checkpoint="mnist_cnn.pt"),
+    Script("stepper_object"),
+    Script("per_batch_method", optimizer_steps=30, host_reads=33),
+    Script("accumulation_clip", optimizer_steps=22),
+    Script("eval_counts", optimizer_steps=20, eval_batches=8, host_reads=4),
+    Script("hidden_state", optimizer_steps=100, eval_batches=26, host_reads=2),
+    Script("finite_check"),
 ]
 SCRIPT_BY_NAME = {s.name: s for s in SCRIPTS}
 

@@ -44,7 +44,6 @@ import libcst as cst
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.common import imported_from, joined, parenthesized_for_attribute, short
-from xla_migrate.transforms.distributed.distributed_common import explicitly_reduced_step
 
 # GradScaler(init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)
 CUDA_SCALERS = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
@@ -187,7 +186,7 @@ class GradScalerToXla(Rule):
                 return True
             return False
         if method == "step" and len(args) == 1 and len(positional) == 1:
-            if explicitly_reduced_step(self.ctx, node) or self.ctx.ddp_form:
+            if self.ctx.steps.explicitly_reduced_step(node) or self.ctx.ddp_form:
                 # XLA406 all-reduced the gradients after the backward, or DDP did in the backward (the ddp
                 # form): step without a second reduction.
                 def plain_step(updated: cst.Call) -> cst.Call:

@@ -40,7 +40,6 @@ from xla_migrate import patterns
 from xla_migrate.facts import is_optimizer_param_name
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.common import short
-from xla_migrate.transforms.distributed.distributed_common import explicitly_reduced_step
 
 
 def _named_like_optimizer(spelling: str) -> bool:
@@ -63,9 +62,9 @@ class OptimizerStepToXla(Rule):
             return
         if self.ctx.ddp_form:
             return  # DDP all-reduced the gradients in the backward: xm.optimizer_step would reduce again
-        if explicitly_reduced_step(self.ctx, node):
+        if self.ctx.steps.explicitly_reduced_step(node):
             # XLA406 all-reduces this loop's gradients right after the backward: a second reduction here
-            # would run one more collective per step (distributed_common decides for both rules).
+            # would run one more collective per step (the step model decides for both rules).
             return
         closure = self._closure(node)
         if closure is False:

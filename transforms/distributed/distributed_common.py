@@ -1,32 +1,20 @@
-"""Helpers the distributed rules (XLA401-XLA409) share, and the gradient-reduction decision that XLA406,
-XLA204 and XLA202 consult. Not a rule.
-
-The reduction decision: in a distributed script, a training loop whose gradients are read or changed
-between ``backward()`` and the optimizer step (AMP ``scaler.unscale_``, ``clip_grad_norm_``, ``p.grad``, or
-the seeds' ``scaler.step`` that unscales and checks them) gets an explicit
-``gradients = xm._fetch_gradients(opt)`` + ``xm.all_reduce('sum', gradients, scale=1.0/world)`` right after
-the backward (XLA406); its steps then must not reduce again, so XLA204 leaves ``optimizer.step()`` as it is
-and XLA202 (targets without a GradScaler) turns ``scaler.step(opt)`` into ``opt.step()``, not
-``xm.optimizer_step(opt)``. Every other step reduces through ``xm.optimizer_step``. A loop that already
-all-reduces its fetched gradients (a migrated script) counts as explicit too, so a second migration changes
-nothing.
+"""Helpers the distributed rules (XLA401-XLA410) share: which rules run, rank reads and master guards, fresh
+names. Not a rule. The gradient-reduction decision (which training steps all-reduce their gradients
+explicitly, XLA406, and so must not reduce again in the step, XLA204/XLA202) is the step model's
+(``xla_migrate.steps``: ``ctx.steps.reductions``).
 """
 
 from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import dataclass, field
 
 import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.context import MigrationContext
+from xla_migrate.transforms.common import fresh_name  # noqa: F401 - the distributed rules' own name
 
-CLIP_GRADS = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_", "torch.nn.utils.clip_grad_norm",
-              "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_")
-FETCH_GRADIENTS = "torch_xla.core.xla_model._fetch_gradients"
-XLA_ALL_REDUCE = "torch_xla.core.xla_model.all_reduce"
 DIST = "torch.distributed."
 
 # Rules that registered themselves on a context (constructed before the traversal starts), so a rule can
@@ -153,118 +141,3 @@ def master_guard(ctx: MigrationContext, node: cst.Comparison) -> tuple[str, bool
         if values in ({0}, {-1, 0}):
             return kind, isinstance(op, cst.NotIn)
     return None
-
-
-# The gradient-reduction decision ----------------------------------------------------------------------------
-@dataclass
-class LoopReduction:
-    loop: cst.For | cst.While
-    backward: cst.Call
-    first_touch: cst.CSTNode
-    steps: list[cst.Call] = field(default_factory=list)
-    optimizers: list[str] = field(default_factory=list)
-    already_reduced: bool = False
-
-
-_DECISIONS: weakref.WeakKeyDictionary[MigrationContext, list[LoopReduction]] = weakref.WeakKeyDictionary()
-
-
-def _walk(node: cst.CSTNode, visit) -> None:
-    """Pre-order walk below ``node``, not into nested functions or classes."""
-    for child in node.children:
-        if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        visit(child)
-        _walk(child, visit)
-
-
-def step_optimizer(ctx: MigrationContext, node: cst.Call) -> str | None:
-    """The optimizer a step call steps: ``opt.step()`` -> ``opt``, ``scaler.step(opt)`` -> ``opt``."""
-    method = patterns.method_call(node, "step")
-    if method is None:
-        return None
-    receiver = patterns.dotted_name(method.value)
-    if receiver is not None and receiver in ctx.facts.scalers or (receiver and "scaler" in receiver.lower()):
-        args = patterns.positional(node)
-        return patterns.dotted_name(args[0].value) if len(args) == 1 else None
-    return receiver
-
-
-def is_scaler_call(ctx: MigrationContext, node: cst.CSTNode, *methods: str) -> bool:
-    method = patterns.method_call(node, *methods)
-    if method is None:
-        return False
-    receiver = patterns.dotted_name(method.value)
-    return receiver is not None and (receiver in ctx.facts.scalers or "scaler" in receiver.rsplit(".", 1)[-1].lower())
-
-
-def _decide(ctx: MigrationContext) -> list[LoopReduction]:
-    from xla_migrate import loops
-
-    decisions: list[LoopReduction] = []
-    keeps_scaler = ctx.target.has_grad_scaler
-    for loop in ctx.facts.training_loops:
-        backwards: list[cst.Call] = []
-        steps: list[cst.Call] = []
-        touches: list[cst.CSTNode] = []
-        reduced = False
-
-        def visit(node: cst.CSTNode) -> None:
-            nonlocal reduced
-            if isinstance(node, cst.Call):
-                names = ctx.qualnames(node.func)
-                if FETCH_GRADIENTS in names or XLA_ALL_REDUCE in names:
-                    reduced = reduced or FETCH_GRADIENTS in names
-                if patterns.method_call(node, "backward"):
-                    backwards.append(node)
-                elif patterns.method_call(node, "step") and loops.is_optimizer_step(ctx, node):
-                    steps.append(node)
-                    if keeps_scaler and is_scaler_call(ctx, node, "step"):
-                        touches.append(node)
-                elif names & set(CLIP_GRADS) or (keeps_scaler and is_scaler_call(ctx, node, "unscale_")):
-                    touches.append(node)
-            elif isinstance(node, cst.Attribute) and node.attr.value == "grad":
-                touches.append(node)
-
-        _walk(loop.body, visit)
-        if not backwards or not steps:
-            continue
-        first_backward = min(backwards, key=ctx.position)
-        start = ctx.position(first_backward)
-        after = [t for t in touches if ctx.position(t) > start]
-        last_step = max(ctx.position(s) for s in steps)
-        between = [t for t in after if ctx.position(t) <= last_step]
-        if not between and not reduced:
-            continue
-        touch = min(between, key=ctx.position) if between else first_backward
-        backward = max((b for b in backwards if ctx.position(b) < ctx.position(touch)), key=ctx.position,
-                       default=first_backward)
-        optimizers: list[str] = []
-        for step in sorted(steps, key=ctx.position):
-            name = step_optimizer(ctx, step)
-            if name is not None and name not in optimizers:
-                optimizers.append(name)
-        decisions.append(LoopReduction(loop, backward, touch, steps, optimizers, reduced))
-    return decisions
-
-
-def reductions(ctx: MigrationContext) -> list[LoopReduction]:
-    """The training loops whose gradients are (or will be) all-reduced explicitly; decided once per run."""
-    if ctx not in _DECISIONS:
-        decided = _decide(ctx) if ctx.distributed or ctx.facts.distributed else []
-        # Without XLA406 in the run nothing is inserted: only loops that already reduce count.
-        _DECISIONS[ctx] = [d for d in decided if d.already_reduced or (ctx.distributed and active(ctx, "XLA406"))]
-    return _DECISIONS[ctx]
-
-
-def explicitly_reduced_step(ctx: MigrationContext, node: cst.Call) -> bool:
-    """This step follows an explicit all_reduce of the gradients: it must not reduce them again (XLA204 and
-    XLA202 step with ``opt.step()``, not ``xm.optimizer_step(opt)``)."""
-    return any(node in decision.steps for decision in reductions(ctx))
-
-
-def fresh_name(ctx: MigrationContext, node: cst.CSTNode, name: str) -> str:
-    """``name``, prefixed with ``xla_`` until no scope visible at ``node`` binds it."""
-    while any(name in scope for scope in ctx.visible_scopes(node)):
-        name = "xla_" + name
-    return name

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import loops, patterns
+from xla_migrate import patterns
 from xla_migrate.facts import DATALOADERS, DISTRIBUTED_SAMPLERS
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.distributed import distributed_common as common
@@ -94,9 +94,9 @@ class DistributedSampler(Rule):
     def _trained_names(self) -> set[str]:
         if self._trained is None:
             self._trained = set()
-            for loop in self.ctx.facts.training_loops:
+            for loop in self.ctx.steps.training_loops:
                 if isinstance(loop, cst.For):
-                    name = patterns.dotted_name(loops.loop_iterable(self.ctx, loop))
+                    name = patterns.dotted_name(self.ctx.steps.loop_iterable(loop))
                     if name is not None:
                         self._trained.add(name.rsplit(".", 1)[-1])
         return self._trained

@@ -9,9 +9,13 @@ What it does:
         gradients = xm._fetch_gradients(optimizer)
         xm.all_reduce("sum", gradients, scale=1.0 / xm.xrt_world_size())
 
-    once per optimizer the loop steps. The step then reduces nothing more: XLA204 leaves that loop's
+    once per optimizer the loop steps, wherever the step's code is: in the loop body, or in a function it
+    calls (a loss-scaler object's ``__call__``, ``self.train_step(batch)``), where both the backward and the
+    first gradient read lie. The reduction runs whenever the step does: a read under ``if clip_grad:`` gets
+    it before that ``if``. With micro-steps in a nested loop it goes after that loop. The step then reduces
+    nothing more: XLA204 leaves that loop's
     ``optimizer.step()`` as it is and XLA202 turns ``scaler.step(opt)`` into ``opt.step()`` where the
-    target has no GradScaler (the decision is shared: ``xla_migrate.transforms.distributed.distributed_common``).
+    target has no GradScaler (the decision is the step model's: ``ctx.steps.reductions``).
     Every other loop keeps its reduction in ``xm.optimizer_step(optimizer)`` (XLA204/XLA202). With
     gradient accumulation (the step inside ``if (i + 1) % k == 0:``) the reduction goes at the top of
     that block, before the first statement that touches the gradients, so it runs once per step rather than
@@ -46,6 +50,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.rule import Rule
+from xla_migrate.steps import Reduction
 from xla_migrate.transforms.distributed import distributed_common as common
 
 _COMMENT = "# All-reduce the gradients once, before they are read (unscale_/clip); the step does not reduce again."
@@ -57,15 +62,10 @@ class GradientAllReduce(Rule):
     summary = "distributed loops that clip/unscale gradients all-reduce them right after backward, once"
     fix_safety = "review"
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        if not ctx.ddp_form:  # in the ddp form DDP reduces the gradients during the backward
-            common.register(ctx, self.code)
-
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.ctx.xm_form:
+        if not self.ctx.xm_form:  # in the ddp form DDP reduces the gradients during the backward
             return
-        for decision in common.reductions(self.ctx):
+        for decision in self.ctx.steps.reductions:
             if not decision.already_reduced:
                 self._insert(decision)
 
@@ -90,7 +90,7 @@ class GradientAllReduce(Rule):
             current = parent
         return None
 
-    def _insert(self, decision: common.LoopReduction) -> None:
+    def _insert(self, decision: Reduction) -> None:
         ctx = self.ctx
         backward = self._statement(decision.backward)
         candidate = self._statement(decision.first_touch)
@@ -101,11 +101,14 @@ class GradientAllReduce(Rule):
             block = ctx.parent(candidate)
             holder = self._inside(backward, block)
             if holder is not None:
-                where, anchor = "after", holder
+                where, anchor = "after", holder  # the backward is in this block: right after it
                 break
             owner = ctx.parent(block)
-            if isinstance(owner, (cst.For, cst.While)) and owner is not decision.loop:
-                candidate = self._statement(owner)  # a loop over the parameters: reduce before it
+            # The reduction runs whenever the step does: out of an `if clip:` or a loop over the parameters,
+            # up to the block that holds every step (the body, or an accumulation's `if`).
+            holds_steps = all(self._inside(s, block) is not None for s in decision.local_steps)
+            if not holds_steps and owner is not decision.within and not isinstance(owner, cst.Module):
+                candidate = self._statement(owner)
                 continue
             where, anchor = "before", candidate
             break

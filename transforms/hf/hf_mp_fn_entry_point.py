@@ -55,7 +55,7 @@ class HfMpFnEntryPoint(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._trains = bool(ctx.facts.training_loops) or ctx.facts.uses_accelerate
+        self._trains = bool(ctx.steps.training_loops) or ctx.facts.uses_accelerate
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self._trains and any(n.startswith(TRAINERS) and n.endswith(("Trainer", "TrainingArguments", "SFTConfig"))

@@ -4,7 +4,7 @@ What it does:
     Reports, with the line and the fix: a ``DataLoader`` that a training loop iterates without
     ``drop_last=True`` (its last batch is smaller when the dataset is not a multiple of the batch size), and
     Hugging Face ``TrainingArguments(...)`` without ``dataloader_drop_last=True`` (the Trainer's loader);
-    in a training loop (the innermost loop that calls ``backward()``), boolean-mask indexing
+    in a training step (a training loop's body or a function it calls, as the step model sees them), boolean-mask indexing
     (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
     one-argument ``torch.where(cond)``). Nothing is rewritten.
@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import loops, patterns
+from xla_migrate import patterns
 from xla_migrate.facts import DATALOADERS, DEVICE_LOADERS
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.hf import hf_common
 from xla_migrate.transforms.common import short
-from xla_migrate.transforms.loop.lazy_tensor_common import training_loop_of
 
 DATA_DEPENDENT = ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere",
                   "torch.unique_consecutive")
@@ -55,34 +54,25 @@ class DynamicShapesInLoop(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        # A whole-module walk, needed only when the script has training loops.
-        self._iterated = self._training_loader_names() if ctx.facts.training_loops else set()
+        self._iterated = self._training_loader_names() if ctx.steps.training_loops else set()
         self._training_args = hf_common.local_training_args_classes(ctx.module, ctx)
         # Names bound to boolean masks, per training loop.
         self._masks: dict[cst.CSTNode, set[str]] = {}
+
+    def _training_step(self, node: cst.CSTNode) -> object | None:
+        """The training step ``node`` runs in (its loop's step, or a function the loop calls), else None."""
+        region = self.ctx.steps.training_region(node)
+        return region.step.loop if region is not None else None
 
     # Loaders ---------------------------------------------------------------------------------------------
     def _training_loader_names(self) -> set[str]:
         """Spellings of the loaders the training loops iterate (through enumerate/tqdm and device loaders)."""
         names: set[str] = set()
-        device_loader_args: dict[str, str] = {}
-
-        class Finder(cst.CSTVisitor):
-            def visit_Assign(inner, node: cst.Assign) -> None:
-                value = node.value
-                if isinstance(value, cst.Call) and self.ctx.qualnames(value.func) & set(DEVICE_LOADERS):
-                    args = patterns.positional(value)
-                    source = patterns.dotted_name(args[0].value) if args else None
-                    for target in node.targets:
-                        spelling = patterns.dotted_name(target.target)
-                        if spelling and source:
-                            device_loader_args[spelling] = source
-
-        self.ctx.module.visit(Finder())
-        for loop in self.ctx.facts.training_loops:
+        device_loader_args = self.ctx.facts.device_loader_sources
+        for loop in self.ctx.steps.training_loops:
             if not isinstance(loop, cst.For):
                 continue
-            iterated = loops.loop_iterable(self.ctx, loop)
+            iterated = self.ctx.steps.loop_iterable(loop)
             if isinstance(iterated, cst.Call) and self.ctx.qualnames(iterated.func) & set(DEVICE_LOADERS):
                 args = patterns.positional(iterated)
                 iterated = args[0].value if args else iterated
@@ -95,15 +85,15 @@ class DynamicShapesInLoop(Rule):
         if isinstance(node.value, cst.Call) and self.ctx.qualnames(node.value.func) & set(DATALOADERS):
             if any(patterns.dotted_name(t.target) in self._iterated for t in node.targets):
                 self._loader(node.value)
-        loop = training_loop_of(self.ctx, node)
+        loop = self._training_step(node)
         if loop is not None and self._is_mask(node.value, loop):
             for target in node.targets:
                 if isinstance(target.target, cst.Name):
                     self._masks.setdefault(loop, set()).add(target.target.value)
 
     def visit_For(self, node: cst.For) -> None:
-        if node in self.ctx.facts.training_loops:
-            iterated = loops.loop_iterable(self.ctx, node)
+        if node in self.ctx.steps.training_loops:
+            iterated = self.ctx.steps.loop_iterable(node)
             if isinstance(iterated, cst.Call) and self.ctx.qualnames(iterated.func) & set(DATALOADERS):
                 self._loader(iterated)
 
@@ -146,7 +136,7 @@ class DynamicShapesInLoop(Rule):
         return isinstance(node, cst.Name) and node.value in self._masks.get(loop, set())
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
-        loop = training_loop_of(self.ctx, node)
+        loop = self._training_step(node)
         if loop is None:
             return
         for element in node.slice:
@@ -158,7 +148,7 @@ class DynamicShapesInLoop(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if hf_common.is_training_args_class(self.ctx, node.func, self._training_args):
             self._trainer_loader(node)
-        if training_loop_of(self.ctx, node) is None:
+        if self._training_step(node) is None:
             return
         names = self.ctx.qualnames(node.func)
         one_arg_where = "torch.where" in names and len(node.args) == 1

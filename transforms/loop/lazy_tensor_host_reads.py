@@ -1,12 +1,17 @@
 """XLA311 lazy-tensor-host-reads: tensor values read every step for control flow or accumulation are reported.
 
 What it does:
-    In a training loop (the innermost loop that calls ``backward()``), reports each read of a tensor's value
-    to the host that is not pure logging: ``loss.item()``, ``float(loss)``, ``x.tolist()``, ``x.cpu()``,
+    In a training step or an evaluation batch, as the step model sees them (``xla_migrate.steps``: the loop's
+    body, and the functions it calls, followed through ``self`` methods and objects' ``__call__``), reports
+    each read of a tensor's value to the host that is not pure logging: ``loss.item()``, ``float(loss)``,
+    ``x.tolist()``, ``x.cpu()``,
     ``x.numpy()`` in assignments, accumulations (``total += loss.item()``), calls (``losses.append(...)``),
     and ``if``/``while`` conditions that test a tensor (``if loss.item() > 10:``, ``if torch.isnan(loss):``).
-    Nothing is rewritten: the value is used in the step itself. Logging statements are XLA310's (moved into
-    a step closure); reads inside ``xm.add_step_closure`` are already where they belong, and so are reads
+    A read in a called function names its call path (``loss.item() in Trainer._run_batch (run every step
+    by the loop at line 40: self._run_batch(...))``). Nothing is rewritten here. Logging statements are
+    XLA310's (moved into a step closure), running sums XLA313's (kept on the device), finite checks that stop
+    training XLA314's; when those rules run, the reads they move are not reported. Reads inside
+    ``xm.add_step_closure`` are already where they belong, and so are reads
     after the step's end (after a step barrier, or after the optimizer step in a loop without a device
     loader, where XLA302 marks the step).
 
@@ -35,8 +40,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate import steps
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.loop import lazy_tensor_common as lazy
+from xla_migrate.steps import Region
 from xla_migrate.transforms.common import short
 
 ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and read it once after the loop "
@@ -47,32 +53,37 @@ CONTROL = "decide from a value read every N steps (or after the loop), not every
 class LazyTensorHostReads(Rule):
     code = "XLA311"
     name = "lazy-tensor-host-reads"
-    summary = "tensor reads in a training loop that are not logging (total += loss.item(), if loss > x) are reported"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    summary = "tensor reads per training step or eval batch that no rule moves (if loss > x, x.cpu()) are reported"
+    on_xla_code = True  # reports only: it runs on code already on XLA too
 
-    def _report(self, node: cst.CSTNode, fix: str, what: str) -> None:
-        self.finding(node, f"{short(node)}: {what} every step (a device sync: the graph runs mid-step)", fix)
+    def _report(self, node: cst.CSTNode, region: Region, fix: str, what: str) -> None:
+        every = "every step" if region.step.kind == "train" else "every evaluation batch"
+        where = steps.describe_path(self.ctx, region)
+        self.finding(node, f"{short(node)}{where}: {what} {every} (a device sync: the graph runs mid-step)", fix)
 
     def visit_Call(self, node: cst.Call) -> None:
-        loop = lazy.training_loop_of(self.ctx, node)
-        if loop is None or lazy.in_step_closure(self.ctx, node) or lazy.after_step_end(self.ctx, node, loop):
+        ctx = self.ctx
+        if not steps.may_read(node):
             return
-        if not lazy.reads(self.ctx, node, set()) == [node] and not self._is_conversion(node, loop):
+        region = ctx.steps.region(node)
+        if region is None or steps.in_step_closure(ctx, node) or ctx.steps.after_step_end(node, region):
             return
-        if lazy.is_logging_read(self.ctx, node) or self._in_condition(node):
+        if not steps.reads(ctx, node, set()) == [node] and not self._is_conversion(node, region):
             return
-        if self._is_outermost_read(node, loop):
-            self._report(node, ACCUMULATE, "reads a tensor's value to the host")
+        if steps.is_logging_read(ctx, node) or self._in_condition(node) or ctx.steps.moves_read(node):
+            return
+        if self._is_outermost_read(node, region):
+            self._report(node, region, ACCUMULATE, "reads a tensor's value to the host")
 
-    def _is_conversion(self, node: cst.Call, loop: cst.CSTNode) -> bool:
-        return lazy.reads(self.ctx, node, lazy.tensor_names(self.ctx, loop)) == [node]
+    def _is_conversion(self, node: cst.Call, region: Region) -> bool:
+        return steps.reads(self.ctx, node, self.ctx.steps.tensor_names(region)) == [node]
 
-    def _is_outermost_read(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+    def _is_outermost_read(self, node: cst.Call, region: Region) -> bool:
         """``float(loss.item())`` is one read: report the outer call only."""
-        names = lazy.tensor_names(self.ctx, loop)
+        names = self.ctx.steps.tensor_names(region)
         current = self.ctx.parent(node)
         while current is not None and not isinstance(current, (cst.BaseStatement, cst.BaseSmallStatement)):
-            if isinstance(current, cst.Call) and lazy.reads(self.ctx, current, names) == [current]:
+            if isinstance(current, cst.Call) and steps.reads(self.ctx, current, names) == [current]:
                 return False
             current = self.ctx.parent(current)
         return True
@@ -84,12 +95,17 @@ class LazyTensorHostReads(Rule):
         return isinstance(current, (cst.If, cst.While)) and child is current.test
 
     def _condition(self, node: cst.If | cst.While) -> None:
-        loop = lazy.training_loop_of(self.ctx, node)
-        if loop is None or node is loop or lazy.after_step_end(self.ctx, node, loop):
+        ctx = self.ctx
+        region = ctx.steps.region(node)
+        if region is None or node is region.step.loop or ctx.steps.after_step_end(node, region):
             return
-        if lazy.reads(self.ctx, node.test, lazy.tensor_names(self.ctx, loop)):
-            self.finding(node.test, f"{short(node.test)}: a condition on a tensor's value reads it to the host "
-                                    "every step (a device sync: the graph runs mid-step)", CONTROL)
+        if ctx.steps.moves_read(node):
+            return
+        if steps.reads(ctx, node.test, ctx.steps.tensor_names(region)):
+            every = "every step" if region.step.kind == "train" else "every evaluation batch"
+            where = steps.describe_path(ctx, region)
+            self.finding(node.test, f"{short(node.test)}{where}: a condition on a tensor's value reads it to the "
+                                    f"host {every} (a device sync: the graph runs mid-step)", CONTROL)
 
     def visit_If(self, node: cst.If) -> None:
         self._condition(node)

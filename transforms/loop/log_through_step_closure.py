@@ -1,7 +1,8 @@
 """XLA310 log-through-step-closure: logging that reads tensors in a training loop runs in xm.add_step_closure.
 
 What it does:
-    In a training loop (the innermost loop that calls ``backward()``), a statement that only logs (``print``,
+    In a training step (a training loop's body, or a function the step calls: ``self.train_step(batch)``), as
+    the step model sees it (``xla_migrate.steps``), a statement that only logs (``print``,
     ``logger.info(...)`` and other logger methods, ``writer.add_scalar(...)``, ``pbar.set_postfix(...)``,
     ``accelerator.print``), possibly under ``if step % N == 0:``, and reads a tensor's value (``loss.item()``,
     ``float(loss)``, ``print(loss)``, ``f"{loss:.4f}"``) is moved into the target's step closure:
@@ -41,9 +42,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
+from xla_migrate import patterns, steps
 from xla_migrate.rule import Rule
-from xla_migrate.transforms.loop import lazy_tensor_common as lazy
 from xla_migrate.transforms.common import short
 
 # Longer closures get one argument per line.
@@ -53,16 +53,14 @@ LINE_LIMIT = 100
 class LogThroughStepClosure(Rule):
     code = "XLA310"
     name = "log-through-step-closure"
-    summary = "logging that reads tensors in a training loop (loss.item(), print(loss)) -> xm.add_step_closure"
+    summary = "logging that reads tensors in a training step (loss.item(), print(loss)) -> xm.add_step_closure"
 
     def visit_Expr(self, node: cst.Expr) -> None:
-        found = lazy.logging_statement(self.ctx, node)
+        found = steps.logging_statement(self.ctx, node)
         if found is None:
             return
-        call, _ = found
-        loop = lazy.training_loop_of(self.ctx, node)
-        assert loop is not None
-        captured = self._captured(call, loop)
+        call, _, region = found
+        captured = steps.captured_names(self.ctx, [call], region)
         params = ", ".join(captured)
         args = f", args=({params},)" if len(captured) == 1 else (f", args=({params})" if captured else "")
         closure = self.ctx.spell("add_step_closure")
@@ -76,7 +74,8 @@ class LogThroughStepClosure(Rule):
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
             return patterns.fill(template, updated)
 
-        self.replace(call, wrap, f"{short(call)} reads tensors mid-step -> {closure}({head} ...)")
+        where = steps.describe_path(self.ctx, region)
+        self.replace(call, wrap, f"{short(call)} reads tensors mid-step{where} -> {closure}({head} ...)")
 
     def _indent(self, node: cst.CSTNode) -> int:
         depth, current = 0, self.ctx.parent(node)
@@ -86,40 +85,6 @@ class LogThroughStepClosure(Rule):
             current = self.ctx.parent(current)
         # Visual width: a tab counts as four columns, so tabs and spaces lay a call out alike.
         return depth * len(self.ctx.module.default_indent.expandtabs(4))
-
-    def _captured(self, call: cst.Call, loop: cst.For | cst.While) -> list[str]:
-        """Names the closure takes as arguments, in order of use: the loop's tensors and every name the
-        enclosing loops assign (their values may change before the closure runs)."""
-        tensors = {name.split(".")[0] for name in lazy.tensor_names(self.ctx, loop) if "." not in name}
-        region = self._outermost_loop(loop)
-        names: list[str] = []
-        for name in _loaded_names(call):
-            if name.value in names:
-                continue
-            if name.value in tensors or self._assigned_in(name, region):
-                names.append(name.value)
-        return names
-
-    def _outermost_loop(self, loop: cst.CSTNode) -> cst.CSTNode:
-        outermost, current = loop, self.ctx.parent(loop)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            if isinstance(current, (cst.For, cst.While)):
-                outermost = current
-            current = self.ctx.parent(current)
-        return outermost
-
-    def _assigned_in(self, name: cst.Name, region: cst.CSTNode) -> bool:
-        scope = self.ctx.scopes.get(name)
-        if scope is None:
-            return False
-        for assignment in scope[name.value]:
-            node = getattr(assignment, "node", None)
-            current = node
-            while current is not None:
-                if current is region:
-                    return True
-                current = self.ctx.parent(current)
-        return False
 
 
 def _one_argument_per_line(call: cst.Call, indent: str) -> cst.Call:
@@ -132,28 +97,3 @@ def _one_argument_per_line(call: cst.Call, indent: str) -> cst.Call:
     laid_out = [a.with_changes(comma=cst.Comma(whitespace_after=line_break(indent if i < len(args) - 1 else "")))
                 for i, a in enumerate(args)]
     return call.with_changes(args=laid_out, whitespace_before_args=line_break(indent))
-
-
-def _loaded_names(node: cst.CSTNode) -> list[cst.Name]:
-    """Names the expression reads (not attribute names, keywords, or a nested lambda's own parameters)."""
-    found: list[cst.Name] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node)
-
-    node.visit(Finder())
-    return found
-
-

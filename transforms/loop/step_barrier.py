@@ -1,21 +1,31 @@
-"""XLA302 step-barrier: training loops without a device loader mark the step after the optimizer step.
+"""XLA302 step-barrier: loops without a device loader mark the step after the update (eval loops: per batch).
 
 What it does:
-    For each training loop (the innermost loop that calls ``backward()``) that iterates no device loader
-    after migration (a ``while`` loop, ``next(it)``, a list of batches, or a loader XLA301 does not wrap)
-    and has no barrier yet, inserts the target's step barrier once: right after the statement of the loop
-    body that holds the optimizer step (``optimizer.step()``, ``scaler.step(optimizer)``, also inside an
-    ``if`` for gradient accumulation), or at the end of the loop body when no step call is found. Loops
-    that XLA301 wraps in ``pl.MpDeviceLoader`` get none: the device loader marks the step. The decision is
-    shared with XLA301 (``xla_migrate.loops``). A loop written on one line gets the barrier appended
-    after a semicolon. Scripts that build an ``accelerate.Accelerator`` get none: Accelerate's prepared
-    loaders mark the step (XLA605).
+    For each loop the step model (``xla_migrate.steps``) sees running device work per iteration that iterates
+    no device loader after migration (a ``while`` loop, ``next(it)``, a batch function, a list of batches, a
+    loader XLA301 does not wrap) and marks no step yet, inserts the target's step barrier once:
+
+    - training loops: after the update, the last statement of the block holding the optimizer step that
+      holds the step or a later update call (``scaler.update()``, ``zero_grad()``, a scheduler's ``step()``).
+      The step may be in a called function (``self.train_step(batch)``, a loss-scaler object's
+      ``__call__``): the barrier goes after that call. With gradient accumulation it runs once per
+      optimizer step: inside ``if (i + 1) % k == 0:`` when the update is guarded (XLA301 then gives the loop
+      no device loader, which would mark every micro-step), after the update when the micro-steps are a
+      nested loop. A training loop with no step in sight gets it at the end of its body;
+    - evaluation loops (no backward, a model forward per iteration): at the end of the body, once per batch.
+
+    Loops that XLA301 wraps in ``pl.MpDeviceLoader`` get none: the device loader marks the step. A loop
+    written on one line gets the barrier appended after a semicolon. Scripts that build an
+    ``accelerate.Accelerator`` get none: Accelerate's prepared loaders mark the step (XLA605).
 
 Why:
     XLA records operations lazily and runs them when the step is marked. Without a barrier the graph grows
-    with every iteration until something reads a value, so every step compiles anew and memory runs out.
-    The seeds: without a device loader, call ``xm.mark_step()`` at the end of each training step
-    (``torch_xla.sync()`` from torch_xla 2.4; ``xm.mark_step`` is deprecated in 2.8).
+    with every iteration until something reads a value, so every step compiles anew and memory runs out
+    (measured: a loop whose step ran in a loss-scaler object compiled 6 growing graphs in 6 steps). A
+    barrier right after ``loss.backward()`` under accumulation would split each optimizer step into one graph
+    per micro-step, with the clipping and the step spilling into the next. The seeds: without a device
+    loader, call ``xm.mark_step()`` at the end of each training step (``torch_xla.sync()`` from torch_xla 2.4;
+    ``xm.mark_step`` is deprecated in 2.8).
 
 Example:
     while step < max_steps:
@@ -32,8 +42,8 @@ Use instead:
         loss = criterion(model(x), y)
         loss.backward()
         optimizer.step()
-        xm.mark_step()
         optimizer.zero_grad()
+        xm.mark_step()
         step += 1
 """
 
@@ -41,20 +51,31 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import loops
 from xla_migrate.rule import Rule
 
 
 class StepBarrier(Rule):
     code = "XLA302"
     name = "step-barrier"
-    summary = "training loops without a device loader get the step barrier (xm.mark_step()) after the step"
+    summary = "loops without a device loader get the step barrier (xm.mark_step()) after the update, eval loops per batch"
 
     def _visit_loop(self, node: cst.For | cst.While) -> None:
-        if not loops.needs_step_barrier(self.ctx, node):
+        steps = self.ctx.steps
+        step = steps.loop(node)
+        if step is None or not steps.needs_barrier(step):
             return
+        site = step.barrier_site
+        assert site is not None
         barrier = self.ctx.spell("step_barrier")
-        if not isinstance(node.body, cst.IndentedBlock):
+        if step.kind == "eval":
+            what = "at the end of each evaluation batch"
+        elif not site.after_update:
+            what = "at the end of the training step"
+        elif step.accumulation is not None:
+            what = "after the update, once per optimizer step (gradient accumulation)"
+        else:
+            what = "after the update"
+        if isinstance(site.statement, cst.SimpleStatementSuite):
             # `for x in data: step(x)` -> `for x in data: step(x); xm.mark_step()`
             call = cst.Expr(cst.parse_expression(barrier))
 
@@ -63,38 +84,12 @@ class StepBarrier(Rule):
                 separator = cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))
                 return updated.with_changes(body=[*rest, last.with_changes(semicolon=separator), call])
 
-            self.replace(node.body, append, f"step barrier at the end of the one-line training loop: {barrier}")
+            self.replace(site.statement, append, f"step barrier {what} (one-line block): {barrier}")
             return
-        body = list(node.body.body)
-        anchor = self._step_statement(body) or body[-1]
-        what = "after the optimizer step" if anchor is not body[-1] or self._step_statement(body) else \
-            "at the end of the training step"
-        self.insert_after(anchor, [self.ctx.statement(barrier)], f"step barrier {what}: {barrier}")
+        self.insert_after(site.statement, [self.ctx.statement(barrier)], f"step barrier {what}: {barrier}")
 
     def visit_For(self, node: cst.For) -> None:
         self._visit_loop(node)
 
     def visit_While(self, node: cst.While) -> None:
         self._visit_loop(node)
-
-    def _step_statement(self, body: list[cst.BaseStatement]) -> cst.BaseStatement | None:
-        """The statement of the loop body that holds the optimizer step (the last one if several)."""
-        ctx = self.ctx
-        found: cst.BaseStatement | None = None
-        for statement in body:
-            hit = False
-
-            class Finder(cst.CSTVisitor):
-                def visit_Call(self, node: cst.Call) -> None:
-                    nonlocal hit
-                    if loops.is_optimizer_step(ctx, node):
-                        hit = True
-
-                # Steps inside nested loops or functions belong to them.
-                def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-                    return False
-
-            statement.visit(Finder())
-            if hit:
-                found = statement
-        return found

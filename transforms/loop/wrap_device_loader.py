@@ -1,12 +1,15 @@
 """XLA301 wrap-device-loader: loaders iterated by training and evaluation loops go through the device loader.
 
 What it does:
-    Where a training loop (a loop that calls ``backward()``) or an evaluation loop (one that moves its
-    batches with ``.to(...)`` / ``.cuda()``) iterates a DataLoader, directly or through ``enumerate()`` or
-    ``tqdm()``, the loader is wrapped at the iteration site: ``for x, y in train_loader:`` becomes
+    Where a training loop or an evaluation loop, as the step model sees them (``xla_migrate.steps``: a loop
+    whose step runs a backward pass and an update, in its body or in functions it calls; a loop with no
+    backward that runs a model forward per batch), iterates a DataLoader, directly or through
+    ``enumerate()`` or ``tqdm()``, the loader is wrapped at the iteration site: ``for x, y in train_loader:`` becomes
     ``for x, y in pl.MpDeviceLoader(train_loader, device):``. A DataLoader is one the script builds, a name
     bound to one, or a name that says so (``train_loader``, ``self.val_loader``, ``train_dl``): loaders are
-    often parameters. Loops over something that is already a device loader are left alone, and so are the
+    often parameters. A loop that accumulates gradients under ``if (i + 1) % k == 0:`` is not wrapped: the
+    device loader marks the step at every batch, one graph per micro-step; XLA302 gives it a barrier after the
+    update instead. Loops over something that is already a device loader are left alone, and so are the
     ``.to(device)`` calls on the batches (redundant on a device loader, but harmless). So are the loops of
     a script that builds an ``accelerate.Accelerator``: its prepared loaders are device loaders (XLA605).
 
@@ -40,23 +43,21 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import loops, patterns
+from xla_migrate import patterns
 from xla_migrate.rule import Rule
+
 
 class WrapDeviceLoader(Rule):
     code = "XLA301"
     name = "wrap-device-loader"
     summary = "loaders iterated by training/eval loops -> pl.MpDeviceLoader(loader, device) at the loop"
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        loops.register_device_loader_rule(ctx)
-
     def visit_For(self, node: cst.For) -> None:
-        site = loops.loader_site(self.ctx, node)
-        if site is None:
+        step = self.ctx.steps.loop(node)
+        if step is None or not self.ctx.steps.gets_device_loader(step):
             return
-        loader = site.loader
+        loader = step.loader
+        assert loader is not None
         device = self.ctx.device_reference(loader, self.code)
         template = cst.parse_expression(self.ctx.spell("device_loader", patterns.HOLE, device))
         text = " ".join(patterns.code_of(loader).split())
