@@ -265,17 +265,21 @@ def _check(result: FileResult, kind: str, source: bytes, output: bytes, findings
         where = f"{unit.name}: " if unit.name else ""
         if _compiles(unit.source):
             continue  # the input itself does not compile here: nothing to compare against
-        result.cuda_in += len(cuda_constructs(unit.source))
+        constructs_in = cuda_constructs(unit.source)
+        result.cuda_in += len(constructs_in)
         error = _compiles(unit.output)
         if error:
             result.compile_error = result.compile_error or f"{where}{error}"
             continue
-        result.cuda_out += len(cuda_constructs(unit.output))
+        unchanged = unit.output == unit.source
+        constructs_out = constructs_in if unchanged else cuda_constructs(unit.output)
+        result.cuda_out += len(constructs_out)
         shim = SimpleNamespace(source=unit.source, code=unit.output,
                                findings=[SimpleNamespace(line=line) for line in unit.finding_lines])
-        result.uncovered += [where + problem.replace("\n    ", " | ") for problem in uncovered_in(shim)]
-        if unit.output == unit.source:
-            continue  # nothing changed: no name can have become undefined
+        result.uncovered += [where + problem.replace("\n    ", " | ")
+                             for problem in uncovered_in(shim, constructs_out)]
+        if unchanged:
+            continue  # no name can have become undefined
         before = {name for name, _ in unbound_names(unit.source)}
         mapping = input_lines_for(unit.source, unit.output)
         out_lines = unit.output.splitlines()

@@ -107,16 +107,16 @@ def input_lines_for(source: str, output: str) -> dict[int, list[int]]:
     return mapping
 
 
-def uncovered_in(result) -> list[str]:
+def uncovered_in(result, constructs: list[Construct] | None = None) -> list[str]:
     """The CUDA constructs left in ``result``'s output without a finding on their input line. ``result`` has
     ``source`` and ``code`` (the decoded input and output) and ``findings`` (objects with a ``line``), as a
-    successful ``MigrationResult`` has."""
+    successful ``MigrationResult`` has; ``constructs`` are the output's, when the caller has them already."""
     source = result.source
     finding_lines = {f.line for f in result.findings}
     old_lines = source_lines(source)
     mapping = input_lines_for(source, result.code)
     problems = []
-    for construct in cuda_constructs(result.code):
+    for construct in cuda_constructs(result.code) if constructs is None else constructs:
         candidates = mapping.get(construct.line, [])
         # In a changed block, the input lines that hold the same construct (else the whole block).
         same = [i for i in candidates if construct.text in old_lines[i - 1]]
