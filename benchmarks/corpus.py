@@ -79,6 +79,7 @@ class FileResult:
     error: str = ""  # the crash or input-error reason (one line)
     traceback: str = ""  # a crash's traceback tail (rerun with XLA_MIGRATE_DEBUG=1)
     changes: int = 0
+    change_codes: dict[str, int] = field(default_factory=dict)  # rule code -> changes (what touched the file)
     findings: int = 0
     withdrawn: list[str] = field(default_factory=list)
     compile_error: str = ""
@@ -165,7 +166,10 @@ def migrate_file(cli: str, root: str, rel: str, target: str, timeout: float) -> 
         result.changed = output != source
         findings = _report_findings(report)
         result.findings = len(findings)
-        result.changes = _report_changes(report)
+        changes = _report_entry(report).get("changes", [])
+        result.changes = len(changes)
+        for change in changes:
+            result.change_codes[change.get("code", "?")] = result.change_codes.get(change.get("code", "?"), 0) + 1
         result.withdrawn = [f"line {f.get('line')}: {f.get('message', '')}" for f in findings
                             if str(f.get("message", "")).startswith(WITHDRAWN_PREFIX)]
         result.already_xla = IMPORTS_TORCH_XLA.search(source.decode("utf-8", "replace")) is not None
@@ -196,10 +200,6 @@ def _report_entry(report: str) -> dict:
 
 def _report_findings(report: str) -> list[dict]:
     return list(_report_entry(report).get("findings", []))
-
-
-def _report_changes(report: str) -> int:
-    return len(_report_entry(report).get("changes", []))
 
 
 # Checks on the output -----------------------------------------------------------------------------------
@@ -411,7 +411,8 @@ KINDS = [
     ("edits withdrawn by the gate", lambda r: r.withdrawn, lambda r: r.withdrawn),
     ("outputs that do not compile", lambda r: r.compile_error, lambda r: [r.compile_error]),
     ("non-idempotent outputs", lambda r: r.not_idempotent, lambda r: r.not_idempotent.splitlines()[:12]),
-    ("already-XLA files changed", lambda r: r.xla_changed, lambda r: []),
+    ("already-XLA files changed", lambda r: r.xla_changed,
+     lambda r: ["changed by " + ", ".join(f"{code} x{n}" for code, n in sorted(r.change_codes.items()))]),
     ("CUDA left without a finding", lambda r: r.uncovered, lambda r: r.uncovered),
     ("new undefined names", lambda r: r.new_undefined, lambda r: r.new_undefined),
     ("benchmark check errors", lambda r: r.check_error, lambda r: [r.check_error]),

@@ -50,7 +50,8 @@ if "--check" in args:
         sys.exit(1)
     sys.exit(0)
 open(value("--out"), "w").write(output)
-report = {"files": [{"path": value("--in"), "changes": [], "findings": findings}]}
+changes = [{"line": 1, "column": 1, "code": "XLA101", "message": "edited"}] if output != source else []
+report = {"files": [{"path": value("--in"), "changes": changes, "findings": findings}]}
 open(value("--report"), "w").write(json.dumps(report))
 '''
 
@@ -99,6 +100,7 @@ def test_every_kind_of_failure_is_found(fake_run):
     assert by_name["withdraw.py"]["withdrawn"] == ["line 1: rewrite withdrawn: it would have broken"]
     assert [u.split(": ")[1].split(" |")[0] for u in by_name["undef.py"]["new_undefined"]] == ["'os'"]
     assert by_name["already_xla.py"]["already_xla"] and by_name["already_xla.py"]["xla_changed"]
+    assert by_name["already_xla.py"]["change_codes"] == {"XLA101": 1}
     assert len(by_name["cuda_left.py"]["uncovered"]) == 1 and by_name["cuda_left.py"]["cuda_in"] == 1
     assert by_name["cuda_covered.py"]["uncovered"] == [] and by_name["cuda_covered.py"]["cuda_in"] == 1
     clean = corpus.FileResult(**by_name["clean.py"])
