@@ -358,6 +358,9 @@ def summarise(results: list[FileResult]) -> dict:
         "not_idempotent": sum(1 for r in results if r.not_idempotent),
         "already_xla": len(xla),
         "already_xla_changed": sum(1 for r in xla if r.xla_changed),
+        # Of those, the files that only device/torch.cuda rules (XLA1xx) changed: CUDA remnants in XLA code.
+        "already_xla_changed_by_xla1xx_only": sum(1 for r in xla if r.xla_changed and r.change_codes
+                                                  and all(code.startswith("XLA1") for code in r.change_codes)),
         "cuda_constructs_in_inputs": cuda_in,
         "cuda_constructs_in_outputs": sum(r.cuda_out for r in results),
         "cuda_left_without_finding": uncovered,
@@ -388,6 +391,7 @@ def table(summaries: dict[str, dict]) -> str:
         ("outputs that do not compile", lambda s: s["not_compiling"]),
         ("non-idempotent outputs", lambda s: s["not_idempotent"]),
         ("already-XLA files changed", lambda s: f"{s['already_xla_changed']} of {s['already_xla']}"),
+        ("  of them by XLA1xx rules only", lambda s: s.get("already_xla_changed_by_xla1xx_only", 0)),
         ("CUDA constructs in the inputs", lambda s: s["cuda_constructs_in_inputs"]),
         ("  left without a finding (files)", lambda s: f"{s['cuda_left_without_finding']} "
                                                        f"({100 * s['cuda_left_share']:.1f}%, {s['cuda_left_files']})"),
@@ -404,9 +408,20 @@ def table(summaries: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _raised(traceback: str) -> list[str]:
+    """The exception line of a traceback (``libcst._exceptions.ParserSyntaxError: ...``) and the innermost
+    frame of xla-migrate's own code (the engine or a rule) that led to it."""
+    lines = traceback.splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        if re.match(r"[\w.]+(Error|Exception|Interrupt|Exit)\b", lines[index]):
+            frames = [line.strip() for line in lines[:index] if line.lstrip().startswith("File ")]
+            own = [frame for frame in frames if re.search(r"xla_migrate|[/\\]transforms[/\\]", frame)]
+            return (own or frames)[-1:] + [lines[index]]
+    return lines[-1:]
+
+
 KINDS = [
-    ("crashes", lambda r: r.status == "crash",
-     lambda r: [r.error] + ([r.traceback.splitlines()[-1]] if r.traceback else [])),
+    ("crashes", lambda r: r.status == "crash", lambda r: [r.error] + _raised(r.traceback)),
     ("input errors", lambda r: r.status == "input-error", lambda r: [r.error]),
     ("edits withdrawn by the gate", lambda r: r.withdrawn, lambda r: r.withdrawn),
     ("outputs that do not compile", lambda r: r.compile_error, lambda r: [r.compile_error]),

@@ -106,6 +106,7 @@ def test_every_kind_of_failure_is_found(fake_run):
     clean = corpus.FileResult(**by_name["clean.py"])
     assert clean.problems() == [] and clean.status == "ok"
     summary = data["summary"]["2.9"]
+    assert summary["already_xla_changed_by_xla1xx_only"] == 1  # the stand-in's only change code is XLA101
     assert (summary["crashes"], summary["input_errors"], summary["not_compiling"], summary["not_idempotent"],
             summary["withdrawn_edits"], summary["already_xla_changed"], summary["new_undefined_names"],
             summary["cuda_constructs_in_inputs"], summary["cuda_left_without_finding"]) == (1, 1, 1, 1, 1, 1, 1, 2, 1)
@@ -161,3 +162,20 @@ def test_bad_arguments(tmp_path, capsys):
         corpus.main([str(tmp_path)])
     assert "no .py or .ipynb files" in capsys.readouterr().err
 
+
+
+def test_a_crash_names_the_exception_and_the_rule():
+    traceback = """Traceback (most recent call last):
+  File "/site-packages/xla_migrate/engine.py", line 134, in run_pipeline
+    module.visit(rules)
+  File "/repo/transforms/distributed/spawn_entry_point.py", line 159, in _entry_point
+    mp_fn = cst.parse_statement(text)
+  File "/site-packages/libcst/_parser/entrypoints.py", line 47, in _parse
+    return parse(source_str)
+libcst._exceptions.ParserSyntaxError: Syntax Error @ 2:23.
+parser error: error at 1:22: expected one of ), *, **, /
+"""
+    assert corpus._raised(traceback) == [
+        'File "/repo/transforms/distributed/spawn_entry_point.py", line 159, in _entry_point',
+        "libcst._exceptions.ParserSyntaxError: Syntax Error @ 2:23."]
+    assert corpus._raised("no traceback here\nlast line") == ["last line"]
