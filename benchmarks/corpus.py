@@ -1,7 +1,7 @@
 """Corpus benchmark: the xla-migrate command line over a folder of real training scripts, as a user runs it.
 
     .venv/bin/python benchmarks/corpus.py DIR [--targets sagemaker,2.9] [-j 2] [--json PATH]
-                                              [--only-failures] [--match GLOB] [--examples N]
+                                              [--only-failures] [--match GLOB] [--examples N] [--keep DIR]
 
 DIR is a folder of ``.py`` and ``.ipynb`` files (any depth; hidden folders and ``__pycache__`` are skipped),
 for example a corpus of public repositories built as docs/corpus.md describes. It is never part of this
@@ -31,9 +31,13 @@ still one process. Then, in this process, with the checks of the test suite (ben
 
 Stdout gets one table (a column per target), then per target the failing files by kind (``--examples`` per
 kind, default 8; ``--only-failures`` lists every failing file with its problems instead). Progress goes to
-stderr. ``--json PATH`` saves every file's result. Exit status: 0 when the issue's bars hold for every target
-(0 crashes, 0 outputs that do not compile, 0 non-idempotent outputs, 0 already-XLA files changed, at most 5%
-of the inputs' CUDA constructs left without a finding), 1 when one does not, 2 for bad arguments.
+stderr. ``--json PATH`` saves every file's result; ``--keep DIR`` every output (DIR/TARGET/PATH). Exit
+status: 0 when the issue's bars hold for every target (0 crashes, 0 outputs that do not compile, 0
+non-idempotent outputs, 0 already-XLA files changed, at most 5% of the inputs' CUDA constructs left without a
+finding), 1 when one does not, 2 for bad arguments.
+
+Notebooks are checked as xla-migrate migrates them: their code cells (IPython lines masked, cells in another
+language left out) joined into one program; each cell must compile on its own.
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ def _first_error_line(stderr: str) -> str:
     return lines[-1].strip() if lines else "(no message)"
 
 
-def migrate_file(cli: str, root: str, rel: str, target: str, timeout: float) -> FileResult:
+def migrate_file(cli: str, root: str, rel: str, target: str, timeout: float, keep: str | None = None) -> FileResult:
     path = os.path.join(root, rel)
     kind = "notebook" if rel.endswith(".ipynb") else "python"
     result = FileResult(rel=rel, target=target, kind=kind)
@@ -163,6 +167,10 @@ def migrate_file(cli: str, root: str, rel: str, target: str, timeout: float) -> 
             result.status, result.error = "input-error", _first_error_line(stderr)
             return result
         source, output = Path(path).read_bytes(), Path(out).read_bytes()
+        if keep:
+            kept = Path(keep, target, rel)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(output)
         result.changed = output != source
         findings = _report_findings(report)
         result.findings = len(findings)
@@ -205,12 +213,20 @@ def _report_findings(report: str) -> list[dict]:
 # Checks on the output -----------------------------------------------------------------------------------
 @dataclass
 class _Unit:
-    """A piece of code that migrates as one script: a .py file, or a notebook's code cell."""
+    """What migrates as one program: a .py file, or a notebook's code cells joined in order (as xla-migrate
+    migrates them). ``cells`` are the output's (first line, cell number) pairs, to name a line of a notebook."""
 
-    name: str  # "" for a script, "cell N" for a notebook cell
     source: str
     output: str
     finding_lines: set[int]
+    cells: list[tuple[int, int]] = field(default_factory=list)
+    compile_errors: list[str] = field(default_factory=list)  # per notebook cell; a script compiles as a whole
+
+    def where(self, line: int) -> str:
+        for first, number in reversed(self.cells):
+            if line >= first:
+                return f"cell {number} line {line - first + 1}"
+        return f"output line {line}"
 
 
 def _decode(data: bytes) -> str:
@@ -221,8 +237,15 @@ def _decode(data: bytes) -> str:
     return data.decode(encoding, errors="replace")
 
 
-def _mask(cell: str) -> str:
+PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+
+def _mask(cell: str) -> str | None:
+    """The cell as Python: IPython lines become ``pass``; None for a cell whose magic makes it another language."""
     lines = cell.split("\n")
+    first = lines[0].strip() if lines else ""
+    if first.startswith("%%") and first.split()[0] not in PYTHON_CELL_MAGICS:
+        return None
     for index, line in enumerate(lines):
         match = IPYTHON_LINE.match(line)
         if match:
@@ -230,24 +253,39 @@ def _mask(cell: str) -> str:
     return "\n".join(lines)
 
 
-def _units(kind: str, source: bytes, output: bytes, findings: list[dict], stderr: str) -> list[_Unit]:
-    if kind == "python":
-        return [_Unit("", _decode(source), _decode(output), {int(f["line"]) for f in findings if f.get("line")})]
+def _cell_text(cell: dict) -> str:
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
+def _notebook_unit(source: bytes, output: bytes, findings: list[dict], stderr: str) -> _Unit:
     cells_in = json.loads(source.decode("utf-8")).get("cells", [])
     cells_out = json.loads(output.decode("utf-8")).get("cells", [])
-    lines_by_cell: dict[int, set[int]] = {}
-    for match in CELL_FINDING.finditer(stderr):
-        lines_by_cell.setdefault(int(match["cell"]), set()).add(int(match["line"]))
-    units = []
+    found: set[tuple[int, int]] = {(int(f["cell"]), int(f["line"])) for f in findings if f.get("cell") and f.get("line")}
+    if not found:  # a report without cells: the text report names them
+        found = {(int(m["cell"]), int(m["line"])) for m in CELL_FINDING.finditer(stderr)}
+    joined_in: list[str] = []
+    joined_out: list[str] = []
+    unit = _Unit("", "", set())
+    line_in = line_out = 1
     for number, (before, after) in enumerate(zip(cells_in, cells_out), 1):
         if before.get("cell_type") != "code":
             continue
-        text_in, text_out = ("".join(c.get("source", "")) if isinstance(c.get("source"), list)
-                             else c.get("source", "") for c in (before, after))
-        if text_in.lstrip().startswith("%%"):
+        text_in, text_out = _mask(_cell_text(before)), _mask(_cell_text(after))
+        if text_in is None or text_out is None or _compiles(text_in):
+            continue  # another language, or IPython syntax this mask does not know: not compared
+        error = _compiles(text_out)
+        if error:
+            unit.compile_errors.append(f"cell {number}: {error}")
             continue
-        units.append(_Unit(f"cell {number}", _mask(text_in), _mask(text_out), lines_by_cell.get(number, set())))
-    return units
+        unit.finding_lines |= {line_in + line - 1 for cell, line in found if cell == number}
+        unit.cells.append((line_out, number))
+        joined_in.append(text_in.rstrip("\n") + "\n")
+        joined_out.append(text_out.rstrip("\n") + "\n")
+        line_in += joined_in[-1].count("\n")
+        line_out += joined_out[-1].count("\n")
+    unit.source, unit.output = "".join(joined_in), "".join(joined_out)
+    return unit
 
 
 def _compiles(code: str) -> str:
@@ -261,34 +299,38 @@ def _compiles(code: str) -> str:
 
 
 def _check(result: FileResult, kind: str, source: bytes, output: bytes, findings: list[dict], stderr: str) -> None:
-    for unit in _units(kind, source, output, findings, stderr):
-        where = f"{unit.name}: " if unit.name else ""
+    if kind == "python":
+        unit = _Unit(_decode(source), _decode(output), {int(f["line"]) for f in findings if f.get("line")})
         if _compiles(unit.source):
-            continue  # the input itself does not compile here: nothing to compare against
-        constructs_in = cuda_constructs(unit.source)
-        result.cuda_in += len(constructs_in)
+            return  # the input itself does not compile here: nothing to compare against
         error = _compiles(unit.output)
-        if error:
-            result.compile_error = result.compile_error or f"{where}{error}"
+        unit.compile_errors = [error] if error else []
+    else:
+        unit = _notebook_unit(source, output, findings, stderr)
+    constructs_in = cuda_constructs(unit.source)
+    result.cuda_in += len(constructs_in)
+    if unit.compile_errors:
+        result.compile_error = "; ".join(unit.compile_errors)
+        return
+    unchanged = unit.output == unit.source
+    constructs_out = constructs_in if unchanged else cuda_constructs(unit.output)
+    result.cuda_out += len(constructs_out)
+    shim = SimpleNamespace(source=unit.source, code=unit.output,
+                           findings=[SimpleNamespace(line=line) for line in unit.finding_lines])
+    name_line = re.compile(r"^output line (\d+)")
+    result.uncovered += [name_line.sub(lambda m: unit.where(int(m[1])), problem.replace("\n    ", " | "))
+                         for problem in uncovered_in(shim, constructs_out)]
+    if unchanged:
+        return  # no name can have become undefined
+    before = {name for name, _ in unbound_names(unit.source)}
+    mapping = input_lines_for(unit.source, unit.output)
+    out_lines = unit.output.splitlines()
+    for name, line in unbound_names(unit.output):
+        if name in before:
             continue
-        unchanged = unit.output == unit.source
-        constructs_out = constructs_in if unchanged else cuda_constructs(unit.output)
-        result.cuda_out += len(constructs_out)
-        shim = SimpleNamespace(source=unit.source, code=unit.output,
-                               findings=[SimpleNamespace(line=line) for line in unit.finding_lines])
-        result.uncovered += [where + problem.replace("\n    ", " | ")
-                             for problem in uncovered_in(shim, constructs_out)]
-        if unchanged:
-            continue  # no name can have become undefined
-        before = {name for name, _ in unbound_names(unit.source)}
-        mapping = input_lines_for(unit.source, unit.output)
-        out_lines = unit.output.splitlines()
-        for name, line in unbound_names(unit.output):
-            if name in before:
-                continue
-            noted = " (a finding names the line)" if unit.finding_lines & set(mapping.get(line, [])) else ""
-            text = out_lines[line - 1].strip() if 0 < line <= len(out_lines) else ""
-            result.new_undefined.append(f"{where}output line {line}: {name!r}{noted} | {text}")
+        noted = " (a finding names the line)" if unit.finding_lines & set(mapping.get(line, [])) else ""
+        text = out_lines[line - 1].strip() if 0 < line <= len(out_lines) else ""
+        result.new_undefined.append(f"{unit.where(line)}: {name!r}{noted} | {text}")
 
 
 # The corpus and the run ----------------------------------------------------------------------------------
@@ -304,14 +346,15 @@ def discover(root: Path, pattern: str | None) -> list[str]:
     return sorted(found)
 
 
-def run(cli: str, root: Path, files: list[str], targets: list[str], jobs: int, timeout: float) -> list[FileResult]:
+def run(cli: str, root: Path, files: list[str], targets: list[str], jobs: int, timeout: float,
+        keep: str | None = None) -> list[FileResult]:
     # The largest files first, so that the slowest do not start last.
     order = sorted(files, key=lambda rel: -(root / rel).stat().st_size)
     tasks = [(rel, target) for rel in order for target in targets]
     results: list[FileResult] = []
     start, last_note = time.monotonic(), 0.0
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(migrate_file, cli, str(root), rel, target, timeout): (rel, target)
+        futures = {pool.submit(migrate_file, cli, str(root), rel, target, timeout, keep): (rel, target)
                    for rel, target in tasks}
         for future in concurrent.futures.as_completed(futures):
             rel, target = futures[future]
@@ -472,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=8, help="failing files shown per kind (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds one migration may take (default %(default)s)")
+    parser.add_argument("--keep", metavar="DIR", help="also write every output to DIR/TARGET/PATH (for triage)")
     parser.add_argument("--cli", default=None, help="the xla-migrate executable (default: next to this Python)")
     args = parser.parse_args(argv)
     cli = args.cli or shutil.which("xla-migrate", path=str(Path(sys.executable).parent)) or shutil.which("xla-migrate")
@@ -489,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus {args.dir}: {len(files)} files in {len(repos)} folders; targets {', '.join(targets)}; "
           f"-j {args.jobs}; {cli}", file=sys.stderr)
     start = time.monotonic()
-    results = run(cli, args.dir, files, targets, args.jobs, args.timeout)
+    results = run(cli, args.dir, files, targets, args.jobs, args.timeout, args.keep)
     wall = time.monotonic() - start
     summaries = {t: summarise([r for r in results if r.target == t]) for t in targets}
     xla_inputs = sum(1 for r in results if r.target == targets[0] and r.already_xla)

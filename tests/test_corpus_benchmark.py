@@ -83,7 +83,8 @@ def fake_run(tmp_path_factory):
     (folder / "corpus" / ".hidden" / "skipped.py").write_text("x = 1\n")
     saved = folder / "results.json"
     code = corpus.main([str(folder / "corpus"), "--targets", "2.9", "-j", "2", "--cli", str(cli),
-                        "--json", str(saved), "--only-failures"])
+                        "--json", str(saved), "--only-failures", "--keep", str(folder / "kept")])
+    assert (folder / "kept" / "2.9" / "owner+repo" / "grow.py").read_text() == "# GROW\ngrown = 1\n"
     data = json.loads(saved.read_text())
     return code, data, {Path(r["rel"]).name: r for r in data["files"]}
 
