@@ -261,7 +261,7 @@ def _cell_text(cell: dict) -> str:
 def _notebook_unit(source: bytes, output: bytes, findings: list[dict], stderr: str) -> _Unit:
     cells_in = json.loads(source.decode("utf-8")).get("cells", [])
     cells_out = json.loads(output.decode("utf-8")).get("cells", [])
-    found: set[tuple[int, int]] = {(int(f["cell"]), int(f["line"])) for f in findings if f.get("cell") and f.get("line")}
+    found = {(int(f["cell"]), int(f["line"])) for f in findings if f.get("cell") and f.get("line")}
     if not found:  # a report without cells: the text report names them
         found = {(int(m["cell"]), int(m["line"])) for m in CELL_FINDING.finditer(stderr)}
     joined_in: list[str] = []
