@@ -2,7 +2,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT / "tests", ROOT / "tools"):
+for extra in (ROOT / "tests", ROOT / "tools", ROOT / "benchmarks"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 

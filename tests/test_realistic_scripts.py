@@ -31,9 +31,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from goldens import FIXTURES
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
-from test_cuda_invariant import input_lines_for, source_lines, uncovered_in
+from libcst.metadata import MetadataWrapper, PositionProvider
+from output_checks import input_lines_for, source_lines, unbound_names, uncovered_in
 
 from xla_migrate import migrate
 from xla_migrate.targets import TARGETS
@@ -214,19 +213,6 @@ def position_problems(result) -> list[str]:
 
 
 # Names -----------------------------------------------------------------------------------------------------------
-def unbound_names(code: str) -> list[tuple[str, int]]:
-    """(name, line) of every access that no binding reaches (libcst's scopes see a function's later
-    assignments as not yet bound: ``device = device if ...`` in a function is unbound)."""
-    wrapper = MetadataWrapper(cst.parse_module(code))
-    positions = wrapper.resolve(PositionProvider)
-    found = set()
-    for scope in {s for s in wrapper.resolve(ScopeProvider).values() if s is not None}:
-        for access in scope.accesses:
-            if not access.referents:
-                found.add((get_full_name_for_node(access.node) or "?", positions[access.node].start.line))
-    return sorted(found, key=lambda item: (item[1], item[0]))
-
-
 def unbound_problems(result) -> list[str]:
     """Names unbound in the output but not in the input. A finding does not excuse one: the output gate
     withdraws any edit that would leave such a name (an independent check of the gate, with libcst's scopes
