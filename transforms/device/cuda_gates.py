@@ -67,7 +67,8 @@ class CudaGates(Rule):
     name = "cuda-gates"
     summary = ("torch.cuda.is_available() and device == 'cuda' tests -> their value on the accelerator "
                "(True), so the migrated script keeps its accelerator path")
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    # Not on code already on XLA: there a CUDA test is a live switch (False on a TPU host) that selects the
+    # script's own XLA path; folding it to True would run the CUDA branch on the TPU.
     fix_safety = "review"
 
     def __init__(self, ctx) -> None:
