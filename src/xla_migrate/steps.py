@@ -799,6 +799,10 @@ class StepModel:
         """The reads XLA313 (running sums, per-step helpers) and XLA314 (finite checks) move."""
         return _HostReadPlan(self)
 
+    def class_of(self, function: cst.FunctionDef) -> str | None:
+        """The name of the class a function is a method of, else None."""
+        return self._c.function_class.get(function)
+
     def moves_read(self, node: cst.CSTNode) -> bool:
         """A read that a rule of this run moves off the step (XLA313, XLA314)."""
         return node in self.host_reads.moved
@@ -1162,7 +1166,7 @@ def describe_path(ctx: MigrationContext, region: Region) -> str:
         return ""
     function = region.function
     name = function.name.value if function is not None else "?"
-    owner = ctx.steps._c.function_class.get(function) if function is not None else None  # noqa: SLF001
+    owner = ctx.steps.class_of(function) if function is not None else None
     calls = " -> ".join(patterns.code_of(c.func) + "(...)" for c in region.path)
     line = ctx.position(region.step.loop)[0]
     return f" in {owner + '.' if owner else ''}{name} (run every step by the loop at line {line}: {calls})"
