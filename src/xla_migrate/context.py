@@ -314,8 +314,12 @@ class MigrationContext:
         bound once at the top of the enclosing function (or after the imports), recorded under ``code``."""
         own_scope = self.function_scope(node)
         for scope in self.visible_scopes(node):
-            names = {n for n in self.facts.device_names.get(scope, set()) if self._usable(n, scope, own_scope, node)} | (
-                {self._bound_devices[scope]} if scope in self._bound_devices else set())
+            names = {n for n in self.facts.device_names.get(scope, set()) if self._usable(n, scope, own_scope, node)}
+            bound = self._bound_devices.get(scope)
+            # This run's own binding: from an outer scope only when the own scope does not bind that name too
+            # (a later `device = ...` there makes it an unbound local up to that line).
+            if bound is not None and (scope is own_scope or own_scope is None or not own_scope.assignments[bound]):
+                names.add(bound)
             if names:
                 return "device" if "device" in names else sorted(names)[0]
             # In a method, the instance's device comes before any module-level one.
