@@ -3,9 +3,13 @@ findings of the findings-only rules (XLA103, XLA900) and of XLA501."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from xla_migrate import migrate
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LOOPS = '''\
 import torch
@@ -83,3 +87,23 @@ def test_xla501_reports_options_and_rank_guards():
     result = migrate(source, select=["XLA501"])
     assert [(f.line, f.code) for f in result.findings] == [(2, "XLA501"), (3, "XLA501")]
     assert "    xm.save(m, p)" in result.code.splitlines()
+
+
+def test_xla107_reports_a_model_moved_after_its_optimizer_was_built():
+    source = (ROOT / "fixtures" / "XLA107" / "optimizer_first.in.py").read_text()
+    for target in ("sagemaker", "2.9"):
+        # model.cuda() after SGD(model.parameters()); net.to(device) after AdamW over a named_parameters()
+        # list; not the move above its optimizer, nor the dtype cast after it.
+        assert _findings(source, ["XLA107"], target) == [(8, "XLA107"), (22, "XLA107")]
+
+
+@pytest.mark.parametrize("source", [
+    # A tensor moved after an optimizer over another model's parameters.
+    "import torch\nopt = torch.optim.SGD(model.parameters())\nx = x.cuda()\n",
+    # The move in another function: its order against the optimizer is not known.
+    "import torch\ndef a(m):\n    return torch.optim.SGD(m.parameters())\ndef b(m):\n    m.cuda()\n",
+    # A scheduler is not an optimizer.
+    "import torch\ns = torch.optim.lr_scheduler.StepLR(model.parameters(), 1)\nmodel.cuda()\n",
+])
+def test_xla107_stays_quiet_where_the_optimizer_holds_the_moved_parameters(source):
+    assert _findings(source, ["XLA107"]) == []

@@ -1,0 +1,152 @@
+"""XLA107 optimizer-before-device-move: an optimizer built before its model moves to the device is reported.
+
+What it does:
+    Reports a model move (``model.cuda()``, ``model.to(device)``, ``model = model.to("cuda")``) that comes,
+    in the same function, after an optimizer was built from that model's parameters
+    (``torch.optim.SGD(model.parameters())``, parameter groups, ``named_parameters()`` comprehensions).
+    The finding names the optimizer's line and the edit: build the optimizer after the move. Nothing is
+    rewritten: moving a statement across the code between them is a person's call.
+
+Why:
+    On CUDA, ``Module.to`` keeps the parameter objects (it swaps their storage), so an optimizer built
+    before the move still holds the model's parameters. A CPU tensor cannot take an XLA tensor's storage,
+    so on XLA the move makes new parameter objects: the optimizer keeps updating the old CPU copies and
+    the model never trains, with no error (measured on torch_xla 2.9: the weights stay equal after three
+    steps). PyTorch/XLA's documentation asks for the optimizer to be built after the model is moved.
+
+Example:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.cuda()
+
+Use instead:
+    model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.facts import NOT_OPTIMIZERS, OPTIMIZER_MODULES, is_cuda_device_expr
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.common import short
+
+PARAMETER_METHODS = ("parameters", "named_parameters")
+# A `.to(...)` argument that names a device, not a dtype (`.to(torch.float16)` keeps the parameters).
+_DEVICE_WORD = re.compile(r"device|dev\b|cuda|gpu|rank|xla", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Site:
+    model: str
+    line: int
+    node: cst.CSTNode
+
+
+class OptimizerBeforeDeviceMove(Rule):
+    code = "XLA107"
+    name = "optimizer-before-device-move"
+    summary = "an optimizer built from model.parameters() before the model moves to the device is reported"
+    on_xla_code = True  # the same silent failure in code that already runs on XLA
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # Per function scope (None: the module), in source order.
+        self._optimizers: dict[object, list[_Site]] = {}
+        self._moves: dict[object, list[_Site]] = {}
+        # (scope, name) -> the model whose parameters the name holds (`decay = [p for n, p in
+        # model.named_parameters() if ...]`), for optimizers built from such lists.
+        self._parameter_lists: dict[tuple[object, str], list[str]] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        models = self._parameters_read_in(node.value)
+        if models:
+            scope = self.ctx.function_scope(node)
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self._parameter_lists[(scope, target.target.value)] = models
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._is_optimizer(node):
+            for model in self._models_in(node):
+                self._optimizers.setdefault(self.ctx.function_scope(node), []).append(
+                    _Site(model, self.ctx.position(node)[0], node))
+            return
+        model = self._moved_module(node)
+        if model is not None:
+            self._moves.setdefault(self.ctx.function_scope(node), []).append(
+                _Site(model, self.ctx.position(node)[0], node))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for scope, moves in self._moves.items():
+            for move in moves:
+                built = [o for o in self._optimizers.get(scope, []) if o.model == move.model and o.line < move.line]
+                if not built:
+                    continue
+                first = built[0]
+                self.finding(
+                    move.node,
+                    f"`{short(move.node)}` moves the model after an optimizer was built from its parameters "
+                    f"(line {first.line}): on XLA the move makes new parameter objects, so the optimizer "
+                    f"keeps the old CPU ones and the model does not train",
+                    f"move `{short(move.node)}` above line {first.line}, so that the optimizer is built from "
+                    f"the parameters on the device")
+
+    def _is_optimizer(self, node: cst.Call) -> bool:
+        return any(n.startswith(OPTIMIZER_MODULES) and not any(x in n for x in NOT_OPTIMIZERS)
+                   for n in self.ctx.qualnames(node.func))
+
+    def _models_in(self, node: cst.Call) -> list[str]:
+        """The spellings whose parameters the optimizer's arguments read: ``model.parameters()`` directly,
+        in parameter groups, or through a list of them bound earlier in the function."""
+        scope = self.ctx.function_scope(node)
+        models: list[str] = []
+        for arg in node.args:
+            models += self._parameters_read_in(arg.value)
+            for name in patterns.find_all(arg.value, lambda n: isinstance(n, cst.Name)):
+                models += self._parameter_lists.get((scope, name.value), [])
+        return list(dict.fromkeys(models))
+
+    @staticmethod
+    def _parameters_read_in(expression: cst.BaseExpression) -> list[str]:
+        models: list[str] = []
+        for call in patterns.find_all(expression, lambda n: isinstance(n, cst.Call)):
+            method = patterns.method_call(call, *PARAMETER_METHODS)
+            model = patterns.dotted_name(method.value) if method is not None else None
+            if model is not None and model not in models:
+                models.append(model)
+        return models
+
+    def _moved_module(self, node: cst.Call) -> str | None:
+        """``X.cuda(...)`` or ``X.to(<a device>)`` as a statement or as ``X = X.<move>``: the spelling X."""
+        method = patterns.method_call(node, "cuda", "to")
+        receiver = patterns.dotted_name(method.value) if method is not None else None
+        if receiver is None or not self._is_statement_move(node, receiver):
+            return None
+        if method.attr.value == "to" and not self._names_a_device(node):
+            return None
+        return receiver
+
+    def _is_statement_move(self, node: cst.Call, receiver: str) -> bool:
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.Expr):
+            return True
+        return (isinstance(parent, cst.Assign) and parent.value is node
+                and any(patterns.dotted_name(t.target) == receiver for t in parent.targets))
+
+    def _names_a_device(self, node: cst.Call) -> bool:
+        device = patterns.keyword(node, "device")
+        args = patterns.positional(node)
+        value = device.value if device is not None else (args[0].value if args else None)
+        if value is None:
+            return False
+        if is_cuda_device_expr(value, self.ctx.qualnames):
+            return True
+        if isinstance(value, cst.Call) and "torch.device" in self.ctx.qualnames(value.func):
+            return True
+        spelling = patterns.dotted_name(value) or ""
+        return bool(_DEVICE_WORD.search(spelling.rsplit(".", 1)[-1]))
