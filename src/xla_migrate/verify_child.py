@@ -285,10 +285,13 @@ def _let_defval_through(xm) -> None:
     xm.get_local_ordinal = get_local_ordinal
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches torch_xla and torch_xla.core.xla_model right after they are first imported (and only then)."""
+class PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``patches[name](module)`` right after the module ``name`` is first imported (and only then).
+    The proof tier's step-serializing shim (tests/xla/sitecustomize.py, the sitecustomize this loader
+    shadows and runs) takes it from here, so both patch torch_xla the same way."""
 
-    patches = {"torch_xla": _patch_torch_xla, "torch_xla.core.xla_model": _patch_xla_model}
+    def __init__(self, patches: dict) -> None:
+        self.patches = patches
 
     def find_spec(self, name, path, target=None):
         patch = self.patches.get(name)
@@ -350,7 +353,8 @@ def _run_shadowed_sitecustomize() -> None:
 
 
 if _RECORD:
-    sys.meta_path.insert(0, _Finder())
+    sys.meta_path.insert(0, PatchAfterImport({"torch_xla": _patch_torch_xla,
+                                              "torch_xla.core.xla_model": _patch_xla_model}))
     _watch_warnings()
     atexit.register(_at_exit)
 _run_shadowed_sitecustomize()

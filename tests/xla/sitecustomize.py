@@ -10,8 +10,6 @@ thing, and only when asked:
   all-reduce. (The replicas share torch's global RNG: scripts run this way seed from a local generator.)
 """
 
-import importlib.abc
-import importlib.util
 import os
 import sys
 import threading
@@ -59,31 +57,10 @@ def _patch_torch_xla(torch_xla):
         _patch_xla_model(xm)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches torch_xla and torch_xla.core.xla_model right after they are first imported (and only then)."""
-
-    names = {"torch_xla": _patch_torch_xla, "torch_xla.core.xla_model": _patch_xla_model}
-
-    def find_spec(self, name, path, target=None):
-        patch = self.names.get(name)
-        if patch is None:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
 if os.environ.get("XLA_PROOF_SERIALIZE_STEPS") == "1":
-    sys.meta_path.insert(0, _Finder())
+    # The verify loader runs this file as the sitecustomize it shadows; its import hook is the one to use.
+    loader = sys.modules.get("sitecustomize")
+    if not hasattr(loader, "PatchAfterImport"):
+        raise RuntimeError("tests/xla/sitecustomize.py runs only after xla-migrate verify's loader")
+    sys.meta_path.insert(0, loader.PatchAfterImport({"torch_xla": _patch_torch_xla,
+                                                     "torch_xla.core.xla_model": _patch_xla_model}))
