@@ -132,6 +132,7 @@ def migrate(
     out_path: str | None = None,
     distributed: bool | None = None,
     data_parallel: str | None = None,
+    project=None,
 ) -> MigrationResult:
     """Migrate one script's source. Bytes keep the file's encoding, BOM and line endings exactly.
 
@@ -145,7 +146,11 @@ def migrate(
     ``data_parallel``: the form a distributed script takes (DESIGN.md section 7): ``"ddp"`` keeps
     torch.distributed and DDP on torch_xla's ``xla`` process group (targets of torch_xla 2.1 or later),
     ``"xm"`` is the seeds' recipe (no DDP; ``xm.optimizer_step``, ``xmp.spawn``). None: the target's default
-    (``ddp`` for ``2.9``, ``xm`` for ``sagemaker``). A form the target cannot use is an error result."""
+    (``ddp`` for ``2.9``, ``xm`` for ``sagemaker``). A form the target cannot use is an error result.
+
+    ``project``: a ``project.ProjectIndex`` the script belongs to (``path`` names the file in it): the
+    script is then migrated as part of that program (helpers in other modules, entry files, one distributed
+    decision for the modules that import each other; docs/guide.md, Projects). None: migrated alone."""
     select = registry.as_selectors(select, "select")
     ignore = registry.as_selectors(ignore, "ignore")
     if isinstance(source, str):
@@ -178,9 +183,12 @@ def migrate(
     else:
         result.source = result.code = data.decode(module.encoding)
         result.encoding = module.encoding
+    view = project.view(path) if project is not None else None
+    if view is not None and distributed is None and view.distributed:
+        distributed = True  # one decision for the modules that import each other
     try:
         output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore),
-                                     distributed=distributed, data_parallel=form)
+                                     distributed=distributed, data_parallel=form, project=view)
     except RecursionError:  # the analysis of input the nesting guard let through; still the input's doing
         result.error = engine.too_deep_error()
         return result

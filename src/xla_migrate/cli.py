@@ -24,7 +24,7 @@ EXIT_OK, EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 FORMATS = ("text", "json", "github")
 # How this run reports: --format, --report, -q (0: all, 1: no summary line, 2: errors only) and
 # --statistics (set once per command).
-_OUTPUT: dict = {"format": "text", "report": None, "quiet": 0, "statistics": False}
+_OUTPUT: dict = {"format": "text", "report": None, "quiet": 0, "statistics": False, "project": None}
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -138,7 +138,7 @@ def _machine_report(results: list[MigrationResult]) -> bool:
     if _OUTPUT["report"] or _OUTPUT["format"] == "json":
         import json
 
-        text = json.dumps(report.json_report(results), indent=2) + "\n"
+        text = json.dumps(report.json_report(results, _OUTPUT["project"]), indent=2) + "\n"
         if _OUTPUT["report"]:
             _write(Path(_OUTPUT["report"]), text.encode("utf-8"))
         if _OUTPUT["format"] == "json":  # on stdout, as ruff's: nothing else is there (checked up front)
@@ -210,6 +210,9 @@ def command(
     no_gitignore: bool = typer.Option(False, "--no-gitignore", help="Also migrate files that .gitignore ignores."),
     only_changed: bool = typer.Option(False, "--only-changed", help="With --out DIR: write only the files that change."),
     jobs: Optional[int] = typer.Option(None, "-j", "--jobs", metavar="N", help="Worker processes for many files (default: the CPU count)."),
+    project: Optional[str] = typer.Option(None, "--project", metavar="ROOT", help="Migrate as part of the project (repository) at ROOT: helpers in other modules, entry files and the distributed decision are taken from the whole project, so file-by-file runs agree with a tree run (default: the folder of the pyproject.toml with [tool.xla-migrate], or the one input folder)."),
+    no_project: bool = typer.Option(False, "--no-project", help="Migrate every file alone, as if it were the whole program."),
+    requirements: bool = typer.Option(False, "--requirements", help="Tree run: add the target's torch_xla pin to the project's requirements.txt or pyproject.toml [project] dependencies."),
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Read [tool.xla-migrate] from this pyproject.toml (default: the nearest one above the input)."),
     output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="Report format: text (stderr), json (stdout; not with --diff or --out -: use --report) or github (workflow annotations, stderr). With --list-rules: text or json."),
     report_path: Optional[str] = typer.Option(None, "--report", metavar="PATH", help="Also write the JSON report to PATH."),
@@ -236,7 +239,11 @@ def command(
                              "puts its output: write the report to a file with --report PATH instead")
         if statistics and output_format != "text":
             raise UsageError("--statistics is a text report; the JSON report (--format json) has every record")
-        _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics)
+        _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics, project=None)
+        if project is not None and no_project:
+            raise UsageError("--project and --no-project cannot be used together")
+        if project is not None and not os.path.isdir(project):
+            raise UsageError(f"--project {project}: not a folder")
         inputs = [*(in_path or []), *(paths or [])]
         settings = _settings(inputs, config, target, select, ignore, exclude, extend_exclude)
         if distributed is not None:
@@ -250,13 +257,21 @@ def command(
                 code = _nothing_to_migrate()
                 raise typer.Exit(code)
         checked = _verify_target(inputs, out, in_place, diff or check) if verify_output else None
+        sources = _decision_sources(settings, target, distributed, data_parallel)
+        root = None if no_project else _project_root(settings, inputs, project)
         if _is_single_file(inputs):
+            if requirements:
+                raise UsageError("--requirements takes a tree run (a folder): it edits the project's requirements")
+            index = _single_file_index(inputs[0] if inputs else None, root, ignorer)
             code = _migrate_one(inputs[0] if inputs else None, out, in_place, diff, diff_file, check,
                                 settings.target, settings.select, settings.ignore, verbose,
-                                settings.distributed, settings.data_parallel)
+                                settings.distributed, settings.data_parallel, index)
         else:
+            if requirements and root is None:
+                raise UsageError("--requirements needs a project: one input folder, --project ROOT or a "
+                                 "pyproject.toml with [tool.xla-migrate]")
             code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer,
-                                 only_changed, jobs, verbose)
+                                 only_changed, jobs, verbose, root, sources, requirements)
         if checked is not None and code == EXIT_OK:
             code = _verify_written(*checked)
     except UsageError as error:
@@ -375,8 +390,43 @@ def _validate_rules(target: str, select: list[str], ignore: list[str], data_para
         raise UsageError(f"unknown rule code or prefix: {', '.join(unknown)} (see --list-rules)")
 
 
+def _project_root(settings, inputs, explicit):
+    from .summary import find_project_root
+
+    return find_project_root(settings, [i for i in inputs if i != "-"], explicit)
+
+
+def _single_file_index(path, root, ignorer):
+    """The project index for one script under the project's root (None: the script is migrated alone)."""
+    if path is None or path == "-" or root is None or not os.path.isfile(path):
+        return None
+    try:
+        Path(os.path.abspath(path)).relative_to(root)
+    except ValueError:
+        return None
+    from .project import index_for
+
+    index = index_for(root, ignorer)
+    return index if index.relative(path) is not None else None
+
+
+def _decision_sources(settings, target, distributed, data_parallel) -> dict[str, str]:
+    """Where the run's target, data-parallel form and distributed choice come from (flag, config, default)."""
+    config = f"{settings.config_path} [tool.xla-migrate]" if settings.config_path else "the configuration"
+    sources = {}
+    for name, flag, key, given in (("target", "--target", "target", target),
+                                   ("data_parallel", "--data-parallel", "data-parallel", data_parallel),
+                                   ("distributed", "--distributed" if distributed else "--single", "distributed",
+                                    distributed)):
+        if given is not None:
+            sources[name] = flag
+        elif key in settings.configured or (key == "data-parallel" and "data_parallel" in settings.configured):
+            sources[name] = config
+    return sources
+
+
 def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, verbose,
-                 distributed=None, data_parallel=None) -> int:
+                 distributed=None, data_parallel=None, project=None) -> int:
     if in_path is None:
         raise UsageError("missing PATH: the script, notebook or folder to migrate (see --help)")
     _validate_rules(target, select, ignore, data_parallel)
@@ -386,7 +436,8 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     named_out = out if out not in (None, "-") else None
     label_out = named_out or label_in
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
-                     path=label_in, out_path=label_out, distributed=distributed, data_parallel=data_parallel)
+                     path=label_in, out_path=label_out, distributed=distributed, data_parallel=data_parallel,
+                     project=project)
     if result.error is not None:
         if _machine_report([result]) or _OUTPUT["format"] == "github":
             if _OUTPUT["format"] == "json":
@@ -411,7 +462,7 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
 
 
 def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer, only_changed, jobs,
-                  verbose) -> int:
+                  verbose, root=None, sources=None, requirements=False) -> int:
     from . import tree
 
     _validate_rules(settings.target, settings.select, settings.ignore, settings.data_parallel)
@@ -450,25 +501,77 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
         raise UsageError(str(error)) from None
     tasks = _tasks(found, out, mirror, in_place)
     dry = diff or check
+    index, index_seconds = None, None
+    if root is not None:
+        import time
+
+        from .project import index_for
+
+        started = time.perf_counter()
+        index = index_for(root, ignorer)
+        index_seconds = time.perf_counter() - started
     options = tree.Options(settings.target, settings.select or None, settings.ignore or None, settings.distributed,
                            settings.data_parallel,
                            write=not dry,
                            copy_others=not only_changed,
-                           want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json")
+                           want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json",
+                           project=index)
     try:
         with _progress(len(tasks), _OUTPUT["quiet"]) as progress:
             outcomes = tree.run_all(tasks, options, jobs or os.cpu_count() or 1, progress)
     except tree.Interrupted as stop:
         return _report_interrupted(stop, dry, verbose)
     patch = b"".join(o.diff for o in outcomes)
+    project_summary = None
+    if index is not None:
+        project_summary = _project_summary(outcomes, settings, index, index_seconds, sources or {})
+        if requirements:
+            from .summary import RequirementsError, add_requirement
+
+            try:
+                project_summary.requirements = add_requirement(index.root, _target_spec(settings.target),
+                                                               write=not dry) or (
+                    f"{index.root}: no requirements.txt or pyproject.toml: nothing to add the torch_xla pin to")
+            except RequirementsError as error:
+                _err(f"error: {error}", "red")
+                return EXIT_ERROR
+        _OUTPUT["project"] = project_summary.to_dict()
     if diff_file:
         _write(Path(diff_file), patch)
     if diff:
         _print_patch(patch)
-    _report_tree(outcomes, settings.target, dry, verbose, settings.data_parallel)
+    _report_tree(outcomes, settings.target, dry, verbose, settings.data_parallel, project_summary)
     if any(o.error for o in outcomes):
         return EXIT_ERROR
     return EXIT_CHANGES if check and any(o.changed for o in outcomes) else EXIT_OK
+
+
+def _target_spec(name: str):
+    from .targets import get_target
+
+    return get_target(name)
+
+
+def _project_summary(outcomes, settings, index, index_seconds, sources):
+    """The summary and the decisions taken once for the project, each with where it came from."""
+    from .summary import Decision, summarize
+
+    target = _target_spec(settings.target)
+    decisions = {"target": Decision(target.name, sources.get("target", "default"))}
+    if settings.distributed is not None:
+        distributed = Decision(settings.distributed, sources.get("distributed", "the configuration"))
+    else:
+        setup = sorted(f"{rel}:{line} {what}" for rel, info in index.modules.items() for line, what in info.distributed)
+        if setup:
+            shown = ", ".join(setup[:3]) + (f" and {len(setup) - 3} more" if len(setup) > 3 else "")
+            distributed = Decision(True, f"detected: {shown}; applied to the modules that import each other")
+        else:
+            distributed = Decision(False, "detected: no distributed setup in the project")
+    decisions["distributed"] = distributed
+    if distributed.value:
+        form = settings.data_parallel or target.default_data_parallel
+        decisions["data_parallel"] = Decision(form, sources.get("data_parallel", f"default for the {target.name} target"))
+    return summarize(outcomes, target, decisions, index, index_seconds)
 
 
 def _tasks(found, out, mirror: bool, in_place: bool):
@@ -562,7 +665,8 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
     return results
 
 
-def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel: str | None = None) -> None:
+def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel: str | None = None,
+                 project_summary=None) -> None:
     from .targets import describe_releases, get_target, parse_version, release_fits
 
     results = _as_results(outcomes, target)
@@ -590,6 +694,9 @@ def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel:
                  f"{describe_releases(low, high)}", "yellow")
     if quiet:
         return
+    if project_summary is not None and not github:
+        for line in project_summary.lines(dry):
+            _err(line)
     scripts = [o for o in outcomes if o.kind != "other"]
     errors = sum(1 for o in outcomes if o.error)
     changes = sum(len(o.changes) for o in scripts)

@@ -43,6 +43,8 @@ class Settings:
     config_dir: Path | None = None
     cli_exclude: list[str] | None = None  # --exclude: replaces exclude (relative to the current folder)
     cli_extend_exclude: list[str] = field(default_factory=list)  # --extend-exclude
+    # The keys the configuration file set (for the report: where each project decision came from).
+    configured: set[str] = field(default_factory=set)
 
 
 def _load_toml(path: Path) -> dict:
@@ -109,6 +111,7 @@ def load_config(path: Path) -> Settings:
             if key in table:
                 raise ConfigError(f"{path}: [tool.xla-migrate] has both {key} and {spelling}: keep one")
             table = {(key if k == spelling else k): v for k, v in table.items()}
+    settings.configured = set(table)
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.xla-migrate]: "

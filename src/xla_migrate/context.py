@@ -17,6 +17,7 @@ from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, Funct
 
 from . import patterns
 from .facts import Facts, collect_facts
+from .project import ProjectFile
 from .steps import StepModel
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
@@ -80,7 +81,8 @@ class Edits:
 
 class MigrationContext:
     def __init__(self, wrapper: cst.MetadataWrapper, target: Target, distributed: bool | None = None,
-                 data_parallel: str | None = None, rule_codes: frozenset[str] | None = None) -> None:
+                 data_parallel: str | None = None, rule_codes: frozenset[str] | None = None,
+                 project: ProjectFile | None = None) -> None:
         self.module = wrapper.module
         self.target = target
         resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ScopeProvider, ParentNodeProvider])
@@ -89,6 +91,8 @@ class MigrationContext:
         self.scopes: dict[cst.CSTNode, Scope] = resolved[ScopeProvider]
         self._parents = resolved[ParentNodeProvider]
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
+        # This file's view of the project index (project.py), or None: migrated alone.
+        self.project = project
         # Distributed mode: forced by the caller (--distributed / --single), else detected by the facts pass.
         self.distributed: bool = self.facts.distributed if distributed is None else distributed
         # The data-parallel form (DESIGN.md section 7): "ddp" keeps torch.distributed and DDP on the xla

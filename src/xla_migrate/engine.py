@@ -151,11 +151,13 @@ def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
 
 
 def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
-                 distributed: bool | None = None, data_parallel: str | None = None) -> PipelineOutput:
+                 distributed: bool | None = None, data_parallel: str | None = None,
+                 project=None) -> PipelineOutput:
     """``distributed``: True/False force the distributed or single-device migration; None detects it.
-    ``data_parallel``: "ddp" or "xm" (None: the target's default)."""
+    ``data_parallel``: "ddp" or "xm" (None: the target's default). ``project``: the file's view of the
+    project index (``project.ProjectFile``), None for a file migrated alone."""
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel)
+    ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel, project=project)
     if ctx.facts.runs_on_xla:
         rules = [rule for rule in rules if rule.on_xla_code]
     ctx.set_rule_codes(frozenset(r.code for r in rules))

@@ -90,15 +90,19 @@ def file_report(result: MigrationResult) -> dict:
     }
 
 
-def json_report(results: list[MigrationResult]) -> dict:
+def json_report(results: list[MigrationResult], project: dict | None = None) -> dict:
+    """``project``: a tree run's project summary (summary.ProjectSummary.to_dict()), when it had a project."""
     from . import __version__
 
-    return {
+    report = {
         "schema": REPORT_SCHEMA,
         "version": REPORT_VERSION,
         "tool": {"name": "xla-migrate", "version": __version__},
         "files": [file_report(r) for r in results],
     }
+    if project is not None:
+        report["project"] = project
+    return report
 
 
 def _escape_data(text: str) -> str:

@@ -88,6 +88,9 @@ class Event:
     # The innermost loop holding the node in its own function, when that loop lies below the step's loop
     # (a micro-step loop, a loop over the parameters); None when the node runs once per step.
     inner_loop: Loop | None = None
+    # What a call into another module of the project does (the project index says so): ``node`` is that
+    # call; nothing inside it is known here, so no rule edits it as a backward or a step.
+    external: bool = False
 
     @property
     def site(self) -> cst.CSTNode:
@@ -527,6 +530,31 @@ class StepModel:
                 scope = c.function_parent.get(scope)
         return None
 
+    def external_effects(self, call: cst.Call) -> tuple[str, ...]:
+        """What a call into another module of the project does to the gradients (BACKWARD, STEP), from the
+        project index: an imported helper (``train_step(...)``, ``utils.train_step(...)``), or an object of
+        a project class made elsewhere and passed in under the same name (``loss_scaler(loss)``,
+        ``stepper.update(loss)``). Empty without a project."""
+        project = self.ctx.project
+        if project is None:
+            return ()
+        kinds: tuple[str, ...] = ()
+        for name in sorted(self.ctx.qualnames(call.func)):
+            kinds = project.helper_effects(name) or project.helper_effects(name + ".__call__")
+            if kinds:
+                break
+        if not kinds:
+            func = call.func
+            if isinstance(func, cst.Name):
+                kinds = project.instance_effects(func.value)
+            elif isinstance(func, cst.Attribute) and isinstance(func.value, (cst.Name, cst.Attribute)):
+                holder = patterns.dotted_name(func.value)
+                if holder is not None:
+                    kinds = project.instance_effects(holder.rsplit(".", 1)[-1], func.attr.value)
+        from .project import BACKWARD as HELPER_BACKWARD
+
+        return tuple(BACKWARD if kind == HELPER_BACKWARD else STEP for kind in kinds)
+
     def _instance_anywhere(self, name: str) -> str | None:
         """The local class an object of this name is made from anywhere in the module, when only one is: an
         object made in ``main`` and passed on as a parameter of the same name (``loss_scaler``)."""
@@ -568,7 +596,11 @@ class StepModel:
                 continue
             if raw.kind == CALL:
                 target = self.callee(raw.node)  # type: ignore[arg-type]
-                if target is None or target is function:
+                if target is None:
+                    events += [Event(kind, raw.node, (), inner, external=True)
+                               for kind in self.external_effects(raw.node)]  # type: ignore[arg-type]
+                    continue
+                if target is function:
                     continue
                 for event in self.effects(target, depth + 1):
                     events.append(Event(event.kind, event.node, (raw.node, *event.path),  # type: ignore[arg-type]
@@ -970,7 +1002,8 @@ class StepModel:
 
     def _reduction(self, step: StepLoop) -> Reduction | None:
         keeps_scaler = self.ctx.target.has_grad_scaler
-        events = step.events
+        # A helper in another module does its own backward and step: its module handles the reduction.
+        events = [e for e in step.events if not e.external]
         backwards = [e for e in events if e.kind == BACKWARD]
         steps = [e for e in events if e.kind == STEP]
         reduced = any(e.kind == FETCH for e in events)

@@ -60,6 +60,8 @@ class Target:
     # The data-parallel form a distributed script gets unless --data-parallel says otherwise (DESIGN.md
     # section 7): "ddp" keeps torch.distributed and DDP on the xla process group, "xm" is the seeds' recipe.
     default_data_parallel: str = "xm"
+    # What to install for the output (the releases the proof tier runs it on; tools/xla_envs.sh).
+    pins: tuple[str, ...] = ()
 
     def spelling(self, concept: str) -> Spelling:
         try:
@@ -166,6 +168,7 @@ TARGETS: dict[str, Target] = {
         spellings=_SEEDS,
         verified_on=("2.6.1",),
         aliases=("1.13",),
+        pins=("torch==2.6.0", "torch-xla==2.6.1"),
     ),
     "2.9": Target(
         name="2.9",
@@ -176,6 +179,7 @@ TARGETS: dict[str, Target] = {
         has_grad_scaler=False,
         autocast_dtype="bfloat16",
         default_data_parallel="ddp",
+        pins=("torch==2.9.0", "torch-xla==2.9.0"),
     ),
 }
 

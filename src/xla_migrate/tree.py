@@ -211,6 +211,8 @@ class Options:
     write: bool  # write outputs (a mirror or in place); False for --diff/--check
     copy_others: bool  # a mirror copies what it does not change (not with --only-changed)
     want_diff: bool
+    # The project index (project.ProjectIndex, plain data): every file is migrated as part of that program.
+    project: object = None
 
 
 @dataclass(frozen=True)
@@ -368,7 +370,7 @@ def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome)
 
     result = migrate(data, target=options.target, select=options.select, ignore=options.ignore,
                      path=task.path, out_path=task.out_path or task.path, distributed=options.distributed,
-                     data_parallel=options.data_parallel)
+                     data_parallel=options.data_parallel, project=options.project)
     outcome.parsed = True
     if result.error is not None:
         outcome.error = result.error.format(task.path)

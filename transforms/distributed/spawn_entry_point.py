@@ -85,6 +85,8 @@ class SpawnEntryPoint(Rule):
         ctx = self.ctx
         if not ctx.distributed or getattr(ctx.facts, "is_hf_script", False):
             return
+        if ctx.project is not None and not ctx.project.is_entry and not self._spawns:
+            return  # a helper module of a project: the entry file launches the workers
         if self._spawns:
             for call in self._spawns:
                 self._convert(call)

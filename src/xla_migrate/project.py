@@ -1,0 +1,401 @@
+"""The project index: a repository seen as one program (DESIGN.md section 3).
+
+Built once at the start of a tree run (and by a single-file run given ``--project ROOT``, or whose root is
+found as the config lookup finds ``pyproject.toml``), before any file is migrated. It is cheap: each Python
+file under the root is parsed with the standard ``ast`` module (no libcst, no scope analysis) and only its
+imports and top-level definitions are read. It holds plain data (tuples, dicts, strings), so it travels to
+the worker processes with the run's options.
+
+Per module it knows:
+
+- the local imports, resolved to files of the project (``from utils import NativeScaler``,
+  ``from .engine import train_one_epoch``, ``import utils as U``);
+- whether it is an entry file: a ``__main__`` block, a launcher call (``mp.spawn``, ``xmp.spawn``,
+  ``torch_xla.launch``), or a script no other module of the project imports;
+- its training-step helpers: module-level functions and methods that call ``backward`` and/or step an
+  optimizer (``optimizer.step()``, ``scaler.step(opt)``, ``xm.optimizer_step(opt)``); a class whose
+  ``__call__`` does is a stepper (timm's NativeScaler shape);
+- its distributed setup (``init_process_group``, DDP, ``DistributedSampler``, ``mp.spawn``, torchrun's
+  environment variables) and its save helpers (functions calling ``torch.save``/``xm.save``);
+- the objects it makes from the project's own classes (``loss_scaler = NativeScaler()``), by name, so a
+  module that is handed one as a parameter of the same name knows what calling it does.
+
+The step analysis (steps.py) asks it what a call into another module does; the entry-point rule (XLA407)
+asks whether a file is an entry file; the run takes one distributed decision for the modules that import
+each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# What a helper does: "backward", "step" (an optimizer update).
+BACKWARD, STEP = "backward", "step"
+_SCALER_OR_OPTIMIZER = ("optim", "opt", "scaler")
+_DISTRIBUTED_CALLS = ("init_process_group", "DistributedDataParallel", "DistributedSampler")
+_LAUNCHERS = ("spawn", "launch", "start_processes")
+_LAUNCHER_MODULES = ("mp", "xmp", "multiprocessing", "xla_multiprocessing", "torch_xla", "torch.multiprocessing")
+_TORCHRUN_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+_SAVES = ("torch.save", "xm.save", "save")
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    path: str  # relative to the root, posix
+    name: str  # dotted module name (``pkg.utils``)
+    # local name -> (dotted module, attribute or "") for imports of the project's own modules
+    imports: dict[str, tuple[str, str]] = field(default_factory=dict)
+    main_block: bool = False
+    launcher: bool = False
+    # helper -> what it does: "train_step" or "NativeScaler.__call__" -> ("backward", "step")
+    step_helpers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # (line, what) of the distributed setup it does
+    distributed: tuple[tuple[int, str], ...] = ()
+    save_helpers: tuple[str, ...] = ()
+    # name -> class name (``loss_scaler = utils.NativeScaler()`` -> ("loss_scaler", "utils.NativeScaler"))
+    instances: tuple[tuple[str, str], ...] = ()
+    classes: tuple[str, ...] = ()
+    error: str = ""  # it does not parse (the migration reports that itself)
+
+
+@dataclass(frozen=True)
+class ProjectIndex:
+    root: str  # absolute
+    modules: dict[str, ModuleInfo]  # by relative path
+    by_name: dict[str, str]  # dotted module name -> relative path
+    # relative path -> the relative paths it imports (resolved)
+    edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    # Queries ---------------------------------------------------------------------------------------------
+    def relative(self, path: str) -> str | None:
+        """The project's name for a file (None when it is not under the root)."""
+        try:
+            rel = Path(os.path.abspath(path)).relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+        return rel if rel in self.modules else None
+
+    def importers(self, rel: str) -> list[str]:
+        return sorted(other for other, targets in self.edges.items() if rel in targets)
+
+    def is_entry(self, rel: str) -> bool:
+        """An entry file: a ``__main__`` block or a launcher call, or a script no project module imports."""
+        info = self.modules[rel]
+        return info.main_block or info.launcher or not self.importers(rel)
+
+    def component(self, rel: str) -> list[str]:
+        """The modules connected to ``rel`` by imports (either way), itself included."""
+        seen, todo = {rel}, [rel]
+        while todo:
+            current = todo.pop()
+            neighbours = set(self.edges.get(current, ())) | set(self.importers(current))
+            for other in neighbours - seen:
+                seen.add(other)
+                todo.append(other)
+        return sorted(seen)
+
+    def distributed_setup(self, rel: str) -> list[tuple[str, int, str]]:
+        """(file, line, what) of the distributed setup in the modules connected to ``rel``."""
+        return [(other, line, what) for other in self.component(rel)
+                for line, what in self.modules[other].distributed]
+
+    def resolve(self, importer: str, dotted: str) -> str | None:
+        """The project file a dotted module name imported by ``importer`` names (a sibling first, then from
+        the root), or None for a module outside the project."""
+        folder = str(Path(importer).parent.as_posix())
+        candidates = [dotted] if folder in ("", ".") else [f"{folder.replace('/', '.')}.{dotted}", dotted]
+        for candidate in candidates:
+            if candidate in self.by_name:
+                return self.by_name[candidate]
+        return None
+
+    def import_target(self, importer: str, module: str, attribute: str = "") -> str | None:
+        """The project file an import names: ``from pkg import engine`` names pkg/engine.py when there is
+        one (a submodule), else pkg/__init__.py."""
+        if attribute:
+            found = self.resolve(importer, f"{module}.{attribute}")
+            if found is not None:
+                return found
+        return self.resolve(importer, module) if module else None
+
+    def helper_effects(self, rel: str, qualified: str) -> tuple[str, ...]:
+        """What calling ``qualified`` (a dotted name as the importing module ``rel`` sees it: ``utils.train_step``,
+        ``NativeScaler.__call__`` of an imported class) does: backward and/or step; empty when nothing known."""
+        module, _, name = qualified.rpartition(".")
+        while module:
+            target = self.resolve(rel, module)
+            if target is not None:
+                return self.modules[target].step_helpers.get(name, ())
+            module, _, rest = module.rpartition(".")
+            name = f"{rest}.{name}"
+        return ()
+
+    def instance_class(self, rel: str, name: str) -> tuple[str, str] | None:
+        """The project class an object called ``name`` is made from elsewhere in the project, when only one
+        class is (an object made in ``main.py`` and passed to ``engine.py`` as a parameter of the same name):
+        (defining file, class name)."""
+        found: set[tuple[str, str]] = set()
+        for other, info in self.modules.items():
+            for bound, class_name in info.instances:
+                if bound != name:
+                    continue
+                defined = self._class_file(other, class_name)
+                if defined is not None:
+                    found.add(defined)
+        return next(iter(found)) if len(found) == 1 else None
+
+    def _class_file(self, rel: str, class_name: str) -> tuple[str, str] | None:
+        info = self.modules[rel]
+        if class_name in info.classes:
+            return rel, class_name
+        head, _, last = class_name.rpartition(".")
+        local = head or last
+        if local in info.imports:
+            module, attribute = info.imports[local]
+            # ``utils.LossScaler()`` after ``from pkg import utils``; ``LossScaler()`` after ``from utils import LossScaler``.
+            target = self.import_target(rel, module, attribute) if head else self.resolve(rel, module)
+            if target is None:
+                return None
+            wanted = last if head else attribute
+            return (target, wanted) if wanted in self.modules[target].classes else None
+        return None
+
+    def view(self, path: str) -> ProjectFile | None:
+        rel = self.relative(path)
+        return ProjectFile(self, rel) if rel is not None else None
+
+    # Summary ---------------------------------------------------------------------------------------------
+    def describe(self) -> dict:
+        """What the index found, for the report."""
+        return {
+            "root": self.root,
+            "modules": len(self.modules),
+            "entry_files": sorted(r for r in self.modules if self.is_entry(r)),
+            "step_helpers": sorted(f"{r}:{h}" for r, m in self.modules.items() for h in m.step_helpers),
+            "distributed_setup": sorted(f"{r}:{line} {what}" for r, m in self.modules.items()
+                                        for line, what in m.distributed),
+            "save_helpers": sorted(f"{r}:{h}" for r, m in self.modules.items() for h in m.save_helpers),
+        }
+
+
+@dataclass(frozen=True)
+class ProjectFile:
+    """One file's view of the project (what the migration of that file asks)."""
+
+    index: ProjectIndex
+    rel: str
+
+    @property
+    def is_entry(self) -> bool:
+        return self.index.is_entry(self.rel)
+
+    @property
+    def distributed(self) -> bool:
+        return bool(self.index.distributed_setup(self.rel))
+
+    def helper_effects(self, qualified: str) -> tuple[str, ...]:
+        return self.index.helper_effects(self.rel, qualified)
+
+    def instance_effects(self, name: str, method: str = "__call__") -> tuple[str, ...]:
+        """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
+        found = self.index.instance_class(self.rel, name)
+        if found is None:
+            return ()
+        defined, class_name = found
+        return self.index.modules[defined].step_helpers.get(f"{class_name}.{method}", ())
+
+
+# Building ---------------------------------------------------------------------------------------------------
+
+
+def module_name(rel: str) -> str:
+    parts = rel[:-3].split("/") if rel.endswith(".py") else rel.split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def build_index(root: str, files: list[str]) -> ProjectIndex:
+    """Index the Python files ``files`` (paths) under ``root``."""
+    root_abs = os.path.abspath(root)
+    modules: dict[str, ModuleInfo] = {}
+    for path in sorted(files):
+        try:
+            rel = Path(os.path.abspath(path)).relative_to(root_abs).as_posix()
+        except ValueError:
+            continue
+        if not rel.endswith(".py"):
+            continue
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        modules[rel] = _index_module(rel, data)
+    by_name = {info.name: rel for rel, info in modules.items() if info.name}
+    index = ProjectIndex(root_abs, modules, by_name)
+    edges = {}
+    for rel, info in modules.items():
+        targets = {index.import_target(rel, module, attribute) for module, attribute in info.imports.values()}
+        edges[rel] = tuple(sorted(t for t in targets if t is not None and t != rel))
+    # Only the imports of the project's own modules are kept.
+    kept = {}
+    for rel, info in modules.items():
+        local = {name: value for name, value in info.imports.items() if index.import_target(rel, *value) is not None}
+        kept[rel] = ModuleInfo(**{**info.__dict__, "imports": local})
+    return ProjectIndex(root_abs, kept, by_name, edges)
+
+
+def index_for(root: str, ignorer) -> ProjectIndex:
+    """Index every Python file the tree walk finds under ``root`` (the same excludes and .gitignore)."""
+    from .tree import walk
+
+    found = walk(root, ignorer)
+    return build_index(root, [os.path.join(root, f.rel) for f in found if f.rel and f.rel.endswith(".py")])
+
+
+def _index_module(rel: str, data: bytes) -> ModuleInfo:
+    name = module_name(rel)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
+        return ModuleInfo(rel, name, error=str(error))
+    package = name.rsplit(".", 1)[0] if "." in name else ""
+    if rel.endswith("__init__.py"):
+        package = name
+    imports: dict[str, tuple[str, str]] = {}
+    helpers: dict[str, tuple[str, ...]] = {}
+    classes: list[str] = []
+    saves: list[str] = []
+    main_block = False
+    for statement in tree.body:
+        _imports_of(statement, package, imports)
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            effects = _effects(statement)
+            if effects:
+                helpers[statement.name] = effects
+            if _saves(statement):
+                saves.append(statement.name)
+        elif isinstance(statement, ast.ClassDef):
+            classes.append(statement.name)
+            for item in statement.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    effects = _effects(item)
+                    if effects:
+                        helpers[f"{statement.name}.{item.name}"] = effects
+                    if _saves(item):
+                        saves.append(f"{statement.name}.{item.name}")
+        elif isinstance(statement, ast.If) and _is_main_guard(statement.test):
+            main_block = True
+    # Nested imports (inside functions) bind project modules too.
+    launcher = False
+    distributed: list[tuple[int, str]] = []
+    instances: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+            _imports_of(node, package, imports)
+        elif isinstance(node, ast.Call):
+            dotted = _dotted(node.func)
+            last = dotted.rsplit(".", 1)[-1] if dotted else ""
+            if last in _DISTRIBUTED_CALLS or (dotted and dotted.rsplit(".", 1)[0] in ("DDP",)) or dotted == "DDP":
+                distributed.append((node.lineno, last or dotted))
+            elif last in _LAUNCHERS and dotted and dotted.rsplit(".", 1)[0] in _LAUNCHER_MODULES:
+                launcher = True
+                distributed.append((node.lineno, dotted))
+            elif _environment_variable(node) in _TORCHRUN_VARIABLES:
+                distributed.append((node.lineno, f"os.environ {_environment_variable(node)}"))
+        elif isinstance(node, ast.Subscript) and _environment_variable(node) in _TORCHRUN_VARIABLES:
+            distributed.append((node.lineno, f"os.environ {_environment_variable(node)}"))
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
+            target, made = node.targets[0], _dotted(node.value.func)
+            if made and made[:1].isupper() or (made and made.rsplit(".", 1)[-1][:1].isupper()):
+                bound = target.id if isinstance(target, ast.Name) else (
+                    target.attr if isinstance(target, ast.Attribute) else None)
+                if bound is not None:
+                    instances.append((bound, made))
+    return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
+                      tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes))
+
+
+def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
+    if isinstance(statement, ast.Import):
+        for alias in statement.names:
+            if alias.asname:
+                imports.setdefault(alias.asname, (alias.name, ""))
+            else:
+                imports.setdefault(alias.name.split(".")[0], (alias.name.split(".")[0], ""))
+    elif isinstance(statement, ast.ImportFrom):
+        base = statement.module or ""
+        if statement.level:
+            parts = package.split(".") if package else []
+            parts = parts[: len(parts) - (statement.level - 1)] if statement.level > 1 else parts
+            base = ".".join([*parts, *([base] if base else [])])
+        for alias in statement.names:
+            if alias.name == "*":
+                continue
+            local = alias.asname or alias.name
+            # ``from pkg import module`` binds a module; ``from module import helper`` a name in it.
+            imports.setdefault(local, (base, alias.name))
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators))
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _receiver_name(call: ast.Call) -> str:
+    if isinstance(call.func, ast.Attribute):
+        dotted = _dotted(call.func.value)
+        if dotted is not None:
+            return dotted.rsplit(".", 1)[-1].lower()
+        if isinstance(call.func.value, ast.Call):  # scaler.scale(loss).backward()
+            return ""
+    return ""
+
+
+def _effects(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    """("backward",) / ("step",) / both: what one call of the function does to the model's gradients."""
+    backward = step = False
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        method = node.func.attr
+        if method == "backward":
+            backward = True
+        elif method == "step" and any(word in _receiver_name(node) for word in _SCALER_OR_OPTIMIZER) \
+                and "sched" not in _receiver_name(node):
+            step = True
+        elif method == "optimizer_step":
+            step = True
+    return tuple(kind for kind, present in ((BACKWARD, backward), (STEP, step)) if present)
+
+
+def _saves(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(isinstance(n, ast.Call) and _dotted(n.func) in ("torch.save", "xm.save")
+               for n in ast.walk(function))
+
+
+def _environment_variable(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Subscript) and _dotted(node.value) == "os.environ":
+        index = node.slice
+        return index.value if isinstance(index, ast.Constant) and isinstance(index.value, str) else None
+    if isinstance(node, ast.Call) and node.args and _dotted(node.func) in ("os.environ.get", "os.getenv"):
+        first = node.args[0]
+        return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+    return None
