@@ -215,3 +215,177 @@ def test_without_a_project_single_file_output_is_unchanged(tmp_path):
     result = invoke(str(tmp_path / "utils.py"), "--out", "-", "-q")
     assert result.exit_code == 0
     assert result.stdout == migrate(SCALER_UTILS, path=str(tmp_path / "utils.py")).code
+
+
+# 5. File by file with --project agrees with the tree run ------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_files_one_by_one_with_project_match_the_tree_run(tmp_path, target):
+    tree_out = tmp_path / "tree"
+    result = invoke(str(FIXTURE), "--out", str(tree_out), "--target", target, "-q")
+    assert result.exit_code == 0, result.output
+    for path in sorted(FIXTURE.glob("*.py")):
+        one = invoke(str(path), "--project", str(FIXTURE), "--out", "-", "--target", target, "-q")
+        assert one.exit_code == 0, one.output
+        assert one.stdout_bytes == (tree_out / path.name).read_bytes(), path.name
+    # Alone, utils.py is a different program: it gets the entry-point finding (the xm form of sagemaker).
+    if target == "sagemaker":
+        alone = invoke(str(FIXTURE / "utils.py"), "--no-project", "--check")
+        assert "XLA407" in alone.stderr
+        with_project = invoke(str(FIXTURE / "utils.py"), "--project", str(FIXTURE), "--check")
+        assert "XLA407" not in with_project.stderr
+
+
+def test_single_file_finds_the_project_root_as_the_config_lookup_does(tmp_path):
+    """pre-commit passes staged files one by one (or a few): the root is the config's folder, so they agree
+    with a tree run over that folder."""
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURE, root)
+    (root / "pyproject.toml").write_text('[tool.xla-migrate]\ntarget = "sagemaker"\n')
+    tree = invoke(str(root), "--diff", "-q")
+    one = invoke(str(root / "utils.py"), "--diff", "-q")
+    assert "XLA407" not in one.stderr and one.exit_code == 0
+    assert one.stdout in tree.stdout and "+import torch_xla" in one.stdout
+    two = invoke(str(root / "engine.py"), str(root / "utils.py"), "--diff", "-q")  # several files: a tree run
+    patches = ["diff --git" + part for part in two.stdout.split("diff --git")[1:]]
+    assert len(patches) == 2 and all(patch in tree.stdout for patch in patches) and "XLA407" not in two.stderr
+
+
+def test_project_and_no_project_are_exclusive_and_root_must_be_a_folder(tmp_path):
+    assert invoke(str(FIXTURE / "utils.py"), "--project", str(FIXTURE), "--no-project", "--check").exit_code == 2
+    bad = invoke(str(FIXTURE / "utils.py"), "--project", str(tmp_path / "nope"), "--check")
+    assert bad.exit_code == 2 and "not a folder" in bad.stderr
+
+
+# 3 and 4. One decision per project, the summary ----------------------------------------------------------------
+
+
+def _json_run(*args: str) -> dict:
+    result = invoke(*args, "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)
+
+
+def test_summary_counts_match_the_change_records(tmp_path):
+    report = _json_run(str(FIXTURE), "--check", "--target", "sagemaker")
+    project = report["project"]
+    files = report["files"]
+    changes = [c for f in files for c in f["changes"]]
+    findings = [(f["path"], x) for f in files for x in f["findings"]]
+    assert project["files"] == len(files) == 4
+    assert project["changed"] == sum(f["changed"] for f in files) == 3
+    by_family: dict[str, int] = {}
+    for change in changes:
+        by_family[family(change["code"])] = by_family.get(family(change["code"]), 0) + 1
+    assert project["changes_by_family"] == dict(sorted(by_family.items()))
+    converted = sum(1 for c in changes if family(c["code"]) in CUDA_FAMILIES)
+    left = [x for _, x in findings if family(x["code"]) in CUDA_FAMILIES]
+    constructs = project["cuda_constructs"]
+    assert constructs == {"total": converted + len(left), "converted": converted, "left": len(left),
+                          "left_findings": constructs["left_findings"]}
+    assert [f["code"] for f in constructs["left_findings"]] == [x["code"] for x in left] == ["XLA501"]
+    assert converted > 10 and by_family["loop"] == 2  # the two device loaders in engine.py
+    assert project["install"] == ["torch==2.6.0", "torch-xla==2.6.1"]
+    assert project["index"]["entry_files"] == ["main.py"]
+    assert project["index"]["step_helpers"] == ["utils.py:LossScaler.__call__"]
+    assert project["index"]["save_helpers"] == ["utils.py:save_on_master"]
+
+
+def test_decisions_say_where_they_came_from(tmp_path):
+    default = _json_run(str(FIXTURE), "--check")["project"]["decisions"]
+    assert default["target"] == {"value": "sagemaker", "from": "default"}
+    assert default["distributed"]["value"] is True
+    assert "utils.py:15 init_process_group" in default["distributed"]["from"]
+    assert default["data_parallel"] == {"value": "xm", "from": "default for the sagemaker target"}
+    flags = _json_run(str(FIXTURE), "--check", "--target", "2.9", "--data-parallel", "xm", "--single")
+    decisions = flags["project"]["decisions"]
+    assert decisions["target"] == {"value": "2.9", "from": "--target"}
+    assert decisions["distributed"] == {"value": False, "from": "--single"}
+    assert "data_parallel" not in decisions  # a single-device program has no data-parallel form
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURE, root)
+    (root / "pyproject.toml").write_text('[tool.xla-migrate]\ntarget = "2.9"\ndata-parallel = "xm"\n')
+    configured = _json_run(str(root), "--check")["project"]["decisions"]
+    assert configured["target"]["from"].endswith("pyproject.toml [tool.xla-migrate]")
+    assert configured["data_parallel"]["value"] == "xm"
+    assert configured["data_parallel"]["from"].endswith("pyproject.toml [tool.xla-migrate]")
+    # Every file got the project's form: the distributed ones and engine.py, which has no setup of its own.
+    report = _json_run(str(root), "--check")
+    assert {f["path"].rsplit("/", 1)[-1]: f["data_parallel"] for f in report["files"]} == {
+        "engine.py": "xm", "main.py": "xm", "model.py": "xm", "utils.py": "xm"}
+
+
+def test_text_summary(tmp_path):
+    result = invoke(str(FIXTURE), "--check", "--target", "2.9")
+    lines = result.stderr.splitlines()
+    assert lines[-1].startswith("4 files: 3 would change")  # the run's summary line stays last
+    text = "\n".join(lines)
+    assert "project: 4 files, 3 would change" in text
+    assert "CUDA constructs converted, 1 left for a human:" in text
+    assert "install for the target: pip install torch==2.9.0 torch-xla==2.9.0" in text
+    assert "decided once: target 2.9 (--target); distributed yes (detected: " in text
+
+
+# --requirements ------------------------------------------------------------------------------------------------
+
+
+def _copy(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def test_requirements_txt_gets_the_pin_once(tmp_path):
+    root = _copy(tmp_path)
+    (root / "requirements.txt").write_text("torch\nnumpy")
+    dry = invoke(str(root), "--check", "--requirements", "--target", "2.9")
+    assert "would add torch-xla==2.9.0" in dry.stderr
+    assert (root / "requirements.txt").read_text() == "torch\nnumpy"
+    done = invoke(str(root), "--in-place", "--requirements", "--target", "2.9")
+    assert done.exit_code == 0, done.output
+    assert (root / "requirements.txt").read_text() == "torch\nnumpy\ntorch-xla==2.9.0\n"
+    again = invoke(str(root), "--in-place", "--requirements", "--target", "2.9")
+    assert "already names torch_xla" in again.stderr
+    assert (root / "requirements.txt").read_text() == "torch\nnumpy\ntorch-xla==2.9.0\n"
+
+
+@pytest.mark.parametrize("dependencies,expected", [
+    ('dependencies = [\n    "torch",  # the model\n    "numpy"\n]\n',
+     'dependencies = [\n    "torch",  # the model\n    "numpy",\n    "torch-xla==2.6.1",\n]\n'),
+    ('dependencies = ["torch"]\n', 'dependencies = ["torch", "torch-xla==2.6.1"]\n'),
+    ('dependencies = []\n', 'dependencies = ["torch-xla==2.6.1"]\n'),
+])
+def test_pyproject_dependencies_get_the_pin(tmp_path, dependencies, expected):
+    root = _copy(tmp_path)
+    head = '[project]\nname = "demo"\nversion = "0.1"\n'
+    tail = '\n[tool.other]\nx = 1\n'
+    (root / "pyproject.toml").write_text(head + dependencies + tail)
+    result = invoke(str(root), "--in-place", "--requirements")
+    assert result.exit_code == 0, result.output
+    assert (root / "pyproject.toml").read_text() == head + expected + tail
+
+
+@pytest.mark.parametrize("text", ['[project]\nname = "demo"\n', 'not toml = = \n',
+                                  '[project]\nname = "demo"\ndependencies = "torch"\n'])
+def test_pyproject_that_cannot_take_the_pin_is_left_whole(tmp_path, text):
+    root = _copy(tmp_path)
+    (root / "pyproject.toml").write_text(text)
+    result = invoke(str(root), "--in-place", "--requirements")
+    assert result.exit_code == 2
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "pyproject.toml" in error[0]
+    assert (root / "pyproject.toml").read_text() == text
+
+
+def test_requirements_needs_a_tree_run(tmp_path):
+    result = invoke(str(FIXTURE / "main.py"), "--check", "--requirements")
+    assert result.exit_code == 2 and "--requirements takes a tree run" in result.stderr
+
+
+def test_project_report_matches_the_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+    report = _json_run(str(FIXTURE), "--check", "--target", "2.9")
+    assert "project" in report
+    jsonschema.validate(report, schema)

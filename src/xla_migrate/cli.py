@@ -561,7 +561,11 @@ def _project_summary(outcomes, settings, index, index_seconds, sources):
     if settings.distributed is not None:
         distributed = Decision(settings.distributed, sources.get("distributed", "the configuration"))
     else:
-        setup = sorted(f"{rel}:{line} {what}" for rel, info in index.modules.items() for line, what in info.distributed)
+        # The process group and the launcher say most; torchrun's variables least.
+        rank = {"init_process_group": 0, "DDP": 2, "DistributedDataParallel": 2, "DistributedSampler": 3}
+        found = [(rank.get(what, 4 if what.startswith("os.environ") else 1), rel, line, what)
+                 for rel, info in index.modules.items() for line, what in info.distributed]
+        setup = [f"{rel}:{line} {what}" for _, rel, line, what in sorted(found)]
         if setup:
             shown = ", ".join(setup[:3]) + (f" and {len(setup) - 3} more" if len(setup) > 3 else "")
             distributed = Decision(True, f"detected: {shown}; applied to the modules that import each other")

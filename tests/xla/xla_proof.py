@@ -192,12 +192,17 @@ def free_port() -> int:
 
 
 def run_script(python: Path, source: str, label: str, *, xla: bool, distributed: bool = False,
-               extra_env: dict[str, str] | None = None, timeout: float = 180) -> Run:
-    """Run `source` as __main__ of a fresh script file in its own temporary working folder."""
+               extra_env: dict[str, str] | None = None, timeout: float = 180,
+               companions: dict[str, str] | None = None) -> Run:
+    """Run `source` as __main__ of a fresh script file in its own temporary working folder; `companions`
+    (file name -> source) are written beside it: the other modules of a project the script imports."""
     workdir = Path(tempfile.mkdtemp(prefix=f"xla-proof-{label.replace(' ', '-').replace('/', '-')}-"))
     WORKDIRS.append(workdir)
     script = workdir / "script.py"
     script.write_text(source)
+    for name, text in (companions or {}).items():
+        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "TPU_", "CPU_NUM_DEVICES"))}
     env.pop("PYTHONPATH", None)
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
