@@ -14,6 +14,8 @@ What it does:
     - A script with no such function is reported: wrap its top-level training code in ``def main():``.
     - Where the XLA device is created at import time (a module-level ``device = xm.xla_device()``), a
       finding says to create it inside the worker.
+    - In a project (a tree run, or ``--project``), only entry files get the entry point: a helper module
+      that other modules import (``utils.py`` with the distributed setup) is launched by its entry file.
 
 Why:
     The seeds: the runtime calls ``_mp_fn(index)`` once per worker. torchrun starts the processes for a
