@@ -70,8 +70,11 @@ class TorchSaveToXmSave(Rule):
             self.import_may_be_dead(module, name)
         guard = self._rank_guard(node)
         if guard is not None:
-            self.finding(guard, f"{save} is called under a rank test: it writes from the master only already, "
-                                "and torch_xla 1.x's xm.save waits for every process there (a hang)",
+            hang = ("and torch_xla 1.x's xm.save waits for every process there (a hang)"
+                    if self.ctx.target.name == "sagemaker" else
+                    "so the rank test is redundant (torch_xla 1.x's xm.save, which waits for every process, "
+                    "would hang under it)")
+            self.finding(guard, f"{save} is called under a rank test: it writes from the master only already, {hang}",
                          f"call {save} on every process and drop the rank test")
 
     def _rank_guard(self, node: cst.CSTNode) -> cst.If | None:
