@@ -29,6 +29,14 @@ class EditApplier(cst.CSTTransformer):
         # applying; kept here so the edit log itself is never changed and can be applied again).
         self.removed: set[cst.CSTNode] = set(edits.remove)
         self.overlaps: list[tuple[Change, Change | None]] = []
+        # Functions (original nodes) whose body the edits left doing nothing (only ``pass`` or a docstring).
+        self.emptied_functions: list[cst.FunctionDef] = []
+        # ``if`` statements whose body (negated: ``if not test:`` + the else's body) or whose ``else`` body
+        # the edits emptied (the ``else`` goes), rebuilt when the applier leaves them.
+        self._negated_ifs: set[cst.CSTNode] = set()
+        self._emptied_else: set[cst.CSTNode] = set()
+        # ``if``/``else`` statements whose two branches the edits made equal -> the statements that replace them.
+        self._folded: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         # One flag per open node: did anything below it change?
         self._changed_below: list[bool] = [False]
         # Only subtrees that hold an edit are walked: on a large script with few edits that is most of it.
@@ -74,11 +82,17 @@ class EditApplier(cst.CSTTransformer):
                 if isinstance(original, cst.SimpleStatementSuite) and kept[0] is not None and not any(
                         o not in self.removed for o in original.body):
                     self._drop_emptied_if(original)
+                    self._note_emptied_function(original)
                 result = result.with_changes(body=kept)
                 changed = True
         if isinstance(original, _BLOCKS):
             result, body_changed = self._rebuild_block(original, result)
             changed = changed or body_changed
+        if original in self._negated_ifs or original in self._emptied_else:
+            result = self._rebuild_if(original, result)
+            changed = True
+        elif changed and isinstance(original, (cst.If, cst.IfExp)):
+            result = self._fold_equal_branches(original, result)
         self._changed_below[-1] = self._changed_below[-1] or changed
         return result
 
@@ -99,8 +113,21 @@ class EditApplier(cst.CSTTransformer):
                     new = new.with_changes(leading_lines=new.leading_lines[len(blanks):])
                 body.extend(inserted_before)
                 changed = True
+            if old in self._folded and old not in self.removed:
+                first, *rest = self._folded[old]
+                leading = [*new.leading_lines, *first.leading_lines]
+                if carried:
+                    leading = [*merge_carried_lines(carried, new), *leading]
+                    carried = []
+                statements = [first.with_changes(leading_lines=leading), *rest]
+                body.extend(statements[:-1])
+                new = statements[-1]
+                changed = True
             if old in self.removed:
-                carried.extend(new.leading_lines)
+                if any(line.comment is not None for line in (*carried, *new.leading_lines)):
+                    carried.extend(new.leading_lines)
+                else:  # blank lines only: consecutive removed statements leave one gap, the largest
+                    carried = max(carried, list(new.leading_lines), key=len)
                 changed = True
             else:
                 if carried:
@@ -116,6 +143,9 @@ class EditApplier(cst.CSTTransformer):
             self._drop_emptied_if(original)
             body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
             carried = []
+        if isinstance(original, cst.IndentedBlock) and all(_does_nothing(s) for s in body) and not all(
+                _does_nothing(s) for s in original.body):
+            self._note_emptied_function(original)
         result = updated.with_changes(body=body)
         if isinstance(updated, cst.Module) and not any(line.comment is not None for line in carried):
             carried = []  # blank lines of statements removed at the end of the file would end it
@@ -125,14 +155,100 @@ class EditApplier(cst.CSTTransformer):
 
     def _drop_emptied_if(self, block: cst.CSTNode) -> None:
         """``if ddp: model = DDP(model)`` whose whole body was removed goes too, rather than stay as
-        ``if ddp: pass``, when it has no ``else`` and its test has no side effects."""
+        ``if ddp: pass``, when it has no ``else`` and its test has no side effects. With an ``else`` it
+        becomes ``if not ddp:`` and the else's body; an ``else`` whose body was removed goes."""
         owner = self.ctx.parent(block)
-        if (isinstance(owner, cst.If) and owner.body is block and owner.orelse is None
-                and patterns.is_pure(owner.test) and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module))):
+        if isinstance(owner, cst.Else) and owner.body is block and not _has_comments(owner.leading_lines):
+            statement = self.ctx.parent(owner)
+            if isinstance(statement, (cst.If, cst.For, cst.While, cst.Try)) and statement.orelse is owner:
+                self._emptied_else.add(statement)
+            return
+        if not (isinstance(owner, cst.If) and owner.body is block and patterns.is_pure(owner.test)):
+            return
+        if owner.orelse is None and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module)):
             self.removed.add(owner)
+        elif isinstance(owner.orelse, cst.Else) and not _has_comments(owner.orelse.leading_lines):
+            self._negated_ifs.add(owner)
+
+    def _rebuild_if(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+        """The ``if`` whose body or ``else`` body was removed, rebuilt (see ``_drop_emptied_if``)."""
+        if original in self._emptied_else:
+            if original in self._negated_ifs:
+                self.removed.add(original)  # both branches emptied: nothing is left to test
+                return updated
+            return updated.with_changes(orelse=None)
+        if original in self._negated_ifs and isinstance(updated.orelse, cst.Else):
+            return updated.with_changes(test=negated(updated.test), body=updated.orelse.body, orelse=None)
+        return updated
+
+    def _fold_equal_branches(self, original: cst.If | cst.IfExp, updated: cst.If | cst.IfExp) -> cst.CSTNode:
+        """A conditional whose two branches the edits made equal (``if ddp: save(model.module...) else:
+        save(model...)``, ``raw_model = model if ddp else model``) is its one branch, when its test has no
+        side effects. Branches that were equal in the input are the script's own and stay."""
+        if not patterns.is_pure(original.test) or type(updated) is not type(original):
+            return updated
+        if isinstance(original, cst.IfExp):
+            if _code(updated.body) == _code(updated.orelse) and _code(original.body) != _code(original.orelse):
+                return updated.body.with_changes(lpar=updated.lpar, rpar=updated.rpar) if updated.lpar else updated.body
+            return updated
+        if not (isinstance(original.orelse, cst.Else) and isinstance(updated.orelse, cst.Else)
+                and not _has_comments(original.orelse.leading_lines)
+                and isinstance(original.body, cst.IndentedBlock) and isinstance(original.orelse.body, cst.IndentedBlock)
+                and isinstance(self.ctx.parent(original), (cst.IndentedBlock, cst.Module))):
+            return updated
+        if (_statements_code(updated.body) == _statements_code(updated.orelse.body)
+                and _statements_code(original.body) != _statements_code(original.orelse.body)):
+            self._folded[original] = list(updated.body.body)
+        return updated
+
+    def _note_emptied_function(self, block: cst.CSTNode) -> None:
+        owner = self.ctx.parent(block)
+        if isinstance(owner, cst.FunctionDef) and owner.body is block:
+            self.emptied_functions.append(owner)
 
     def _overlap(self, change: Change, winner: Change | None) -> None:
         self.overlaps.append((change, winner))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return patterns.code_of(node.with_changes(lpar=[], rpar=[]) if getattr(node, "lpar", None) else node)
+
+
+def _statements_code(block: cst.IndentedBlock) -> str:
+    return "".join(patterns.code_of(statement) for statement in block.body)
+
+
+def _has_comments(lines) -> bool:
+    return any(line.comment is not None for line in lines)
+
+
+_FLIPPED = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal, cst.Is: cst.IsNot, cst.IsNot: cst.Is,
+            cst.In: cst.NotIn, cst.NotIn: cst.In}
+
+
+def negated(test: cst.BaseExpression) -> cst.BaseExpression:
+    """``not test``, spelled as a person would: ``x != 0`` for ``x == 0``, ``x`` for ``not x``."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and not test.lpar:
+        inner = test.expression
+        return inner.with_changes(lpar=[], rpar=[]) if isinstance(inner, (cst.Name, cst.Attribute)) else inner
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not test.lpar:
+        target = test.comparisons[0]
+        flipped = _FLIPPED.get(type(target.operator))
+        if flipped is not None:
+            operator = target.operator
+            new_operator = flipped(whitespace_before=operator.whitespace_before,
+                                   whitespace_after=operator.whitespace_after)
+            return test.with_changes(comparisons=[target.with_changes(operator=new_operator)])
+    if isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or test.lpar:
+        return cst.UnaryOperation(cst.Not(), test)
+    return cst.UnaryOperation(cst.Not(), test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+
+
+def _does_nothing(statement: cst.BaseStatement) -> bool:
+    """``pass``, ``...`` or a docstring: what a function whose real statements were all removed keeps."""
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(s, cst.Pass) or (isinstance(s, cst.Expr) and isinstance(
+            s.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis))) for s in statement.body)
 
 
 @dataclass
@@ -140,6 +256,8 @@ class Applied:
     module: cst.Module
     # (change not applied, the change that won over it or None for "a fixed replacement over an edit inside")
     overlaps: list[tuple[Change, Change | None]] = field(default_factory=list)
+    # Functions whose whole body the edits removed (see leftovers.py).
+    emptied_functions: list[cst.FunctionDef] = field(default_factory=list)
 
     def report_overlaps(self, ctx: MigrationContext) -> None:
         """Each overlapping edit becomes a finding instead of a change: nothing is dropped silently."""
@@ -156,4 +274,4 @@ def apply_edits(ctx: MigrationContext, edits: Edits | None = None) -> Applied:
     if not edits:
         return Applied(ctx.module)
     applier = EditApplier(ctx, edits)
-    return Applied(ctx.module.visit(applier), applier.overlaps)
+    return Applied(ctx.module.visit(applier), applier.overlaps, applier.emptied_functions)

@@ -51,6 +51,9 @@ class Edits:
     after: dict[cst.CSTNode, list[tuple[Change, list[cst.BaseStatement]]]] = field(default_factory=dict)
     # statement -> the change that removes it
     remove: dict[cst.CSTNode, Change] = field(default_factory=dict)
+    # A derived edit's change (by identity) -> the changes it follows from (an emptied function's removal
+    # needs the removals that emptied it): kept only with all of them.
+    requires: dict[int, list[Change]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.replace or self.before or self.after or self.remove)
@@ -71,12 +74,20 @@ class Edits:
         return out
 
     def keeping(self, kept: set[int]) -> Edits:
-        """Only the edits whose change record (by identity) is in ``kept``."""
+        """Only the edits whose change record (by identity) is in ``kept``, and derived edits only with
+        the edits they follow from."""
+        kept = set(kept)
+        dropped = True
+        while dropped:
+            dropped = {c for c in kept if c in self.requires and any(id(r) not in kept for r in self.requires[c])}
+            kept -= dropped
+
         def entries(table):
             out = {node: [e for e in items if id(e[0]) in kept] for node, items in table.items()}
             return {node: items for node, items in out.items() if items}
         return Edits(replace=entries(self.replace), before=entries(self.before), after=entries(self.after),
-                     remove={node: c for node, c in self.remove.items() if id(c) in kept})
+                     remove={node: c for node, c in self.remove.items() if id(c) in kept},
+                     requires=self.requires)
 
 
 class MigrationContext:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, nesting
+from . import gate, leftovers, nesting
 from .apply import Applied, apply_edits
 from .context import MigrationContext
 from .imports import add_imports, remove_dead_imports
@@ -163,13 +163,14 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     ctx.set_rule_codes(frozenset(r.code for r in rules))
     if rules:
         module.visit(_BatchedRules([rule(ctx) for rule in rules]))
-    applied = _applied(ctx, apply_edits(ctx))
+    applied = _applied(ctx, _apply_with_leftovers(ctx))
     if applied.module is not module:
         output_gate = gate.OutputGate(module.code)
         problem = output_gate.problem(applied.module.code)
         if problem is not None:
             applied = _withdraw_until_clean(ctx, output_gate)
     applied.report_overlaps(ctx)
+    _drop_unapplied_derived_changes(ctx)
     return PipelineOutput(
         code=applied.module.code,
         output_bytes=applied.module.bytes,
@@ -179,6 +180,32 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         concepts=ctx.concepts,
         distributed=ctx.distributed,
     )
+
+
+# Rounds of "a removed call emptied another function" followed (ddp_setup -> setup -> ...).
+_LEFTOVER_ROUNDS = 5
+
+
+def _apply_with_leftovers(ctx: MigrationContext) -> Applied:
+    """Every edit applied; a function the edits left doing nothing goes with its calls (leftovers.py)."""
+    applied = apply_edits(ctx)
+    seen: set[cst.FunctionDef] = set()
+    for _ in range(_LEFTOVER_ROUNDS):
+        if not leftovers.remove_emptied_functions(ctx, applied.emptied_functions, seen):
+            break
+        applied = apply_edits(ctx)
+    return applied
+
+
+def _drop_unapplied_derived_changes(ctx: MigrationContext) -> None:
+    """A derived removal whose sources the gate withdrew was not applied: it is not reported either."""
+    reported = {id(c) for c in ctx.changes}
+    dropped = True
+    while dropped:
+        dropped = {derived for derived, sources in ctx.edits.requires.items()
+                   if derived in reported and any(id(s) not in reported for s in sources)}
+        reported -= dropped
+    ctx.changes = [c for c in ctx.changes if id(c) in reported]
 
 
 def _applied(ctx: MigrationContext, applied: Applied) -> Applied:
