@@ -158,6 +158,8 @@ _CURRENT = {
     # The ddp form: torch.distributed on torch_xla's process group (``import torch_xla.distributed.xla_backend``
     # registers the "xla" backend and the xla:// init method, both 2.1+). Only targets of 2.1 or later have it.
     "xla_process_group": Spelling('"xla", init_method="xla://"', since=(2, 1)),
+    # In-place broadcast from one replica (torch_xla 2.1+; the 1.13 API has no broadcast).
+    "collective_broadcast": Spelling("{xm}.collective_broadcast", since=(2, 1)),
 }
 del _CURRENT["grad_scaler"]
 

@@ -16,26 +16,30 @@ import xla_proof as xp
 
 pytestmark = pytest.mark.xla
 
-DISTRIBUTED = ["ddp_torchrun", "ddp_env_flag"]
+DISTRIBUTED = ["ddp_torchrun", "ddp_env_flag", "ddp_helpers"]
 # (env, target, form): where each form applies.
 RUNS = [("current", "2.9", "ddp"), ("sagemaker", "2.9", "ddp"), ("current", "2.9", "xm"),
         ("sagemaker", "sagemaker", "xm")]
+# More runs for one script: the 2.9 target's xm collectives (xm.all_gather, xm.collective_broadcast) on 2.6.1.
+EXTRA_RUNS = {"ddp_helpers": [("sagemaker", "2.9", "xm")]}
 # Forms that cannot run yet, with why: strict xfails (a fix makes them XPASS, which fails until removed).
-GAPS: dict[tuple[str, str], str] = {}
+GAPS: dict[tuple[str, str, str, str], str] = {  # (script, env, target, form)
+    ("ddp_helpers", "sagemaker", "sagemaker", "xm"): "dist.broadcast has no form in the sagemaker target's API "
+    "(xm.collective_broadcast is torch_xla 2.1+; a per-replica zero_() + all_reduce would give the replicas "
+    "different graphs, a hang); XLA404 reports it, and without a process group the call fails",
+    ("ddp_helpers", "sagemaker", "2.9", "ddp"): "torch_xla 2.6.1's xla backend cannot run "
+    "dist.all_gather_into_tensor (ProcessGroupXla._allgather_base passes the output tensor where allgather "
+    "wants a list: IndexError: invalid index of a 0-dim tensor; 2.9.0 runs it)",
+}
 
 
 def _python(env: str):
-    python, why = xp.env_python(env)
-    if python is None:
-        if xp.in_ci():
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
-    return python
+    return xp.require_env(env)
 
 
 @lru_cache(maxsize=None)
 def _original(env: str, name: str) -> xp.Run:
-    source = xp.RUNNABLE.joinpath(f"{name}.py").read_text()
+    source = xp.runnable_path(name).read_text()
     return xp.run_script(_python(env), source, f"{env} original {name}", xla=False, distributed=True)
 
 
@@ -43,7 +47,7 @@ def _original(env: str, name: str) -> xp.Run:
 def _migrated(env: str, name: str, target: str, form: str) -> tuple[str, xp.Run]:
     from xla_migrate import migrate
 
-    path = xp.RUNNABLE / f"{name}.py"
+    path = xp.runnable_path(name)
     result = migrate(path.read_text(), target=target, data_parallel=form, path=str(path))
     assert result.error is None, result.error
     assert result.data_parallel == form
@@ -55,8 +59,9 @@ def _migrated(env: str, name: str, target: str, form: str) -> tuple[str, xp.Run]
 def _params():
     params = []
     for name in DISTRIBUTED:
-        for env, target, form in RUNS:
-            marks = [pytest.mark.xfail(strict=True, reason=GAPS[(name, form)])] if (name, form) in GAPS else []
+        for env, target, form in RUNS + EXTRA_RUNS.get(name, []):
+            gap = GAPS.get((name, env, target, form))
+            marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
             params.append(pytest.param(env, name, target, form, id=f"{env}-{name}-{target}-{form}", marks=marks))
     return params
 
@@ -75,3 +80,28 @@ def test_form_runs_with_the_original_losses(env, name, target, form):
         assert "DDP(model, gradient_as_bucket_view=True)" in code and 'init_method="xla://"' in code
     else:
         assert "DDP(" not in code and "init_process_group" not in code
+    # What the helper collectives returned (`collective NAME v1 v2 ...` lines), value for value.
+    expected, got = _collectives(original.stdout), _collectives(migrated.stdout)
+    assert got.keys() == expected.keys(), migrated.stdout
+    for collective, values in expected.items():
+        assert len(got[collective]) == len(values), collective
+        worst = max(abs(a - b) for a, b in zip(values, got[collective]))
+        assert worst <= xp.FP32_TOLERANCE, f"{collective}: results differ by up to {worst}"
+    if name == "ddp_helpers":
+        assert set(expected) == {"all_reduce", "all_gather", "all_gather_into_tensor", "broadcast"}
+        if form == "xm":
+            # the mapped collectives, and the emptied ddp_setup()/cleanup() gone with their calls
+            for mapped in ("xm.all_gather(curve.unsqueeze(0))", "stacked.copy_(xm.all_gather(curve * 2))",
+                           "xm.collective_broadcast([first], root_ordinal=0)"):
+                assert mapped in code, mapped
+            assert "def ddp_setup" not in code and "ddp_setup(local_rank)" not in code, code
+            assert "def cleanup" not in code and "    cleanup()\n" not in code and "dist." not in code, code
+
+
+def _collectives(stdout: str) -> dict[str, list[float]]:
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith("collective "):
+            _, name, *values = line.split()
+            found[name] = [float(v) for v in values]
+    return found

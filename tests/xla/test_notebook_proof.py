@@ -64,11 +64,7 @@ def _execute(path: Path, workdir: Path) -> list[float]:
 
 @pytest.mark.parametrize("env", list(xp.TARGETS))
 def test_a_migrated_notebook_runs_on_torch_xla_cell_by_cell(env, tmp_path, monkeypatch):
-    python, why = xp.env_python(env)
-    if python is None:
-        if xp.in_ci():
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
+    python = xp.require_env(env)
     monkeypatch.setenv("JUPYTER_PATH", _kernel(tmp_path, python))
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "xla-proof", "language": "python", "display_name": "xla proof"}

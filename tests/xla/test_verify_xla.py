@@ -25,12 +25,7 @@ STEPS = 12  # every fixture runs 12 steps: 5 warm-up step markers, 7 after
 
 
 def python_for(env: str) -> Path:
-    python, why = xp.env_python(env)
-    if python is None:
-        if xp.in_ci():
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
-    return python
+    return xp.require_env(env)
 
 
 @lru_cache(maxsize=None)

@@ -31,11 +31,7 @@ def _params(check, envs=tuple(xp.TARGETS), only=lambda script: True):
 
 
 def _case(env: str, name: str) -> xp.Case:
-    python, why = xp.env_python(env)
-    if python is None:
-        if xp.in_ci():
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
+    xp.require_env(env)
     reason = xp.skip_reason(xp.SCRIPT_BY_NAME[name], env)
     if reason:
         xp.SKIPPED.add((env, name, reason))
@@ -153,11 +149,7 @@ def test_one_graph_run_per_step_and_no_host_sync(env, name):
 
 @pytest.mark.parametrize("env", list(xp.TARGETS))
 def test_handwritten_xla_version_passes_every_check(env):
-    python, why = xp.env_python(env)
-    if python is None:
-        if xp.in_ci():
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
+    python = xp.require_env(env)
     original = xp.run_case("sgd_item_save", env).original
     run = xp.run_script(python, (xp.HANDWRITTEN / "sgd_xla.py").read_text(), f"{env} handwritten sgd_xla",
                         xla=True)
@@ -201,11 +193,7 @@ def test_two_replicas_end_with_identical_weights():
     hand-written data-parallel script; with the test-only step-marker shim they must end with identical
     weights, equal to a one-replica run over the same global batches (docs/proof.md, "Two replicas")."""
     env = "current"
-    python, why = xp.env_python(env)
-    if python is None:
-        if xp.in_ci():
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
+    python = xp.require_env(env)
     source = (xp.HANDWRITTEN / "ddp_xla.py").read_text()
     two = xp.run_script(python, source, f"{env} handwritten ddp_xla x2", xla=True, timeout=300,
                         extra_env={"CPU_NUM_DEVICES": "2", "XLA_PROOF_SERIALIZE_STEPS": "1",

@@ -23,6 +23,7 @@ from xla_migrate import verify
 ROOT = Path(__file__).resolve().parents[2]
 RUNNABLE = ROOT / "fixtures" / "runnable"
 HANDWRITTEN = RUNNABLE / "handwritten"
+WHOLE_SCRIPTS = ROOT / "fixtures" / "scripts"
 ENVS_SCRIPT = ROOT / "tools" / "xla_envs.sh"
 SHIM = Path(__file__).with_name("sitecustomize.py")
 
@@ -105,6 +106,13 @@ def skip_reason(script: Script, env: str) -> str | None:
     return None
 
 
+def runnable_path(name: str) -> Path:
+    """A runnable fixture: ``fixtures/runnable/<name>.py``, or a whole-script golden input that also runs
+    (``fixtures/scripts/<name>.in.py``, one file for both: a golden's input needs a CPU fallback to run)."""
+    path = RUNNABLE / f"{name}.py"
+    return path if path.exists() else WHOLE_SCRIPTS / f"{name}.in.py"
+
+
 # Environments ---------------------------------------------------------------------------------------------
 
 
@@ -129,6 +137,19 @@ def env_python(name: str) -> tuple[Path | None, str]:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_env(name: str) -> Path:
+    """The interpreter of environment ``name``; without it the calling test fails under CI=true (the proof
+    tier must run there) and is skipped locally, with how to make it."""
+    import pytest
+
+    python, why = env_python(name)
+    if python is None:
+        if in_ci():
+            pytest.fail(f"CI=true and {why}", pytrace=False)
+        pytest.skip(why)
+    return python
 
 
 # Running ----------------------------------------------------------------------------------------------------

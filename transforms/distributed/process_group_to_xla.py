@@ -9,8 +9,9 @@ What it does:
     - ``dist.barrier()`` -> ``xm.rendezvous("barrier")``.
     - ``dist.is_initialized()`` -> ``xm.xrt_world_size() > 1`` (``xr.world_size() > 1`` on ``2.9``): the
       code it guarded ran when the script ran on several workers.
-    - Where the script calls a collective without an xm form (``all_gather`` into a list, ``broadcast``,
-      ``gather``...), the process group is kept on the ``2.9`` target instead, on the ``xla`` backend
+    - Where the script calls a collective without an xm form (``gather``, ``scatter``, ``all_gather_object``,
+      a ``broadcast`` on ``sagemaker``, or a call XLA410/XLA411 cannot rewrite: ``group=``, ``async_op=``,
+      its value used), the process group is kept on the ``2.9`` target instead, on the ``xla`` backend
       (``init_process_group("xla", init_method="xla://")``), so the call keeps working; each such call
       is reported. On ``sagemaker`` (no ``xla://``) it is reported as needing an xm collective.
 
@@ -51,6 +52,7 @@ import libcst as cst
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
+from xla_migrate.transforms.distributed import dist_gather_broadcast_to_xm as gather_broadcast
 from xla_migrate.transforms.distributed import distributed_common as common
 from xla_migrate.transforms.common import short
 
@@ -97,6 +99,8 @@ class ProcessGroupToXla(Rule):
             return  # the process group stays: helpers and collectives work as written
         if name == "all_reduce" and common.active(ctx, "XLA410"):
             return  # XLA410 rewrites it (or reports it)
+        if common.active(ctx, "XLA411") and gather_broadcast.arguments(ctx, node) is not None:
+            return  # XLA411 rewrites it into an xm collective
         if name in (*REMOVED, "is_initialized") or name in COLLECTIVES:
             # Decided at the end: a collective without an xm form keeps the process group (on 2.x targets).
             self._deferred.append((node, name))

@@ -1,0 +1,157 @@
+"""XLA411 dist-gather-broadcast-to-xm: torch.distributed all_gather, all_gather_into_tensor and broadcast become
+torch_xla collectives, with the same results in the same tensors.
+
+What it does:
+    In a distributed script migrated in the xm form, for a call that is a statement of its own:
+
+    - ``dist.all_gather(tensor_list, tensor)`` -> a loop that copies each replica's chunk of
+      ``xm.all_gather(tensor.unsqueeze(0))`` into the list's tensors (``xm.all_gather`` returns the tensors of
+      all replicas concatenated along dim 0; ``dist.all_gather`` fills the given tensors in place)::
+
+          for gathered, chunk in zip(tensor_list, xm.all_gather(tensor.unsqueeze(0))):
+              gathered.copy_(chunk)
+
+    - ``dist.all_gather_into_tensor(output, input)`` -> ``output.copy_(xm.all_gather(input))``.
+    - ``dist.broadcast(tensor, src)`` -> ``xm.collective_broadcast([tensor], root_ordinal=src)`` (in place; the
+      ``2.9`` target only: torch_xla 2.1 added it, and the ``sagemaker`` target's API has none).
+
+    A call with a process group (``group=``), ``async_op=``, unpacked arguments or whose value is used is left
+    as it is: XLA404 then keeps the process group on the ``xla`` backend (``2.9``) and reports the call.
+
+Why:
+    The xm form removes the process group (XLA404), so ``torch.distributed`` collectives have nothing to run
+    on, and keeping the group only for them costs a second runtime. torch_xla's own collectives run inside
+    the step's graph on the XLA devices; the rewrite keeps the script's tensors (the list it reads
+    afterwards, the output buffer, the broadcast tensor) holding what ``torch.distributed`` put there.
+
+Example:
+    gathered = [torch.zeros_like(metric) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, metric)
+    dist.broadcast(weights, src=0)
+
+Use instead:
+    gathered = [torch.zeros_like(metric) for _ in range(xr.world_size())]
+    for gathered_tensor, chunk in zip(gathered, xm.all_gather(metric.unsqueeze(0))):
+        gathered_tensor.copy_(chunk)
+    xm.collective_broadcast([weights], root_ordinal=0)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate import patterns
+from xla_migrate.context import MigrationContext
+from xla_migrate.rule import Rule
+from xla_migrate.transforms.common import fresh_name, short
+from xla_migrate.transforms.distributed import distributed_common as common
+
+# torch.distributed function -> (its parameters in order, the target concept it needs).
+MAPPED = {
+    "all_gather": (("tensor_list", "tensor"), "all_gather"),
+    "all_gather_into_tensor": (("output_tensor", "input_tensor"), "all_gather"),
+    "broadcast": (("tensor", "src"), "collective_broadcast"),
+}
+
+
+def arguments(ctx: MigrationContext, node: cst.Call) -> tuple[str, list[cst.BaseExpression]] | None:
+    """(function, its arguments in parameter order) when ``node`` is a mapped collective this rule rewrites
+    for this target: a statement of its own, no other keywords, nothing unpacked. XLA404 asks too."""
+    name = common.dist_call(ctx, node, *MAPPED)
+    if name is None:
+        return None
+    parameters, concept = MAPPED[name]
+    if concept not in ctx.target.spellings or not ctx.xm_form:
+        return None
+    statement = ctx.parent(node)
+    line = ctx.parent(statement)
+    if not (isinstance(statement, cst.Expr) and statement.value is node):
+        return None
+    if name == "all_gather" and not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                                     and isinstance(ctx.parent(line), (cst.IndentedBlock, cst.Module))):
+        return None  # the loop needs a line of its own
+    if any(a.star for a in node.args):
+        return None
+    values: dict[str, cst.BaseExpression] = {}
+    for index, arg in enumerate(node.args):
+        key = arg.keyword.value if arg.keyword is not None else (parameters[index] if index < len(parameters) else None)
+        if key not in parameters or key in values:
+            return None
+        values[key] = arg.value
+    if set(values) != set(parameters):
+        return None
+    return name, [values[p] for p in parameters]
+
+
+def _argument_index(node: cst.Call, position: int, parameter: str) -> int:
+    for index, arg in enumerate(node.args):
+        if (arg.keyword is not None and arg.keyword.value == parameter) or (arg.keyword is None and index == position):
+            return index
+    raise AssertionError(parameter)
+
+
+class DistGatherBroadcastToXm(Rule):
+    code = "XLA411"
+    name = "dist-gather-broadcast-to-xm"
+    summary = ("dist.all_gather / all_gather_into_tensor / broadcast -> xm.all_gather / "
+               "xm.collective_broadcast, filling the same tensors")
+    fix_safety = "review"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        common.register(ctx, self.code)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        found = arguments(ctx, node)
+        if found is None:
+            return
+        name, _ = found
+        parameters, _ = MAPPED[name]
+        first, second = (_argument_index(node, i, p) for i, p in enumerate(parameters))
+
+        def code(updated: cst.Call, index: int) -> str:
+            return patterns.code_of(updated.args[index].value)
+
+        if name == "all_gather":
+            line = ctx.parent(ctx.parent(node))
+            target, chunk = fresh_name(ctx, node, "gathered_tensor"), fresh_name(ctx, node, "chunk")
+
+            def gathered(updated: cst.SimpleStatementLine) -> cst.BaseStatement:
+                call = updated.body[0].value
+                loop = cst.parse_statement(
+                    f"for {target}, {chunk} in zip({code(call, first)}, "
+                    f"{ctx.spell('all_gather')}({_unsqueezed(call.args[second].value)})):\n"
+                    f"    {target}.copy_({chunk})\n", config=ctx.module.config_for_parsing)
+                return loop.with_changes(leading_lines=updated.leading_lines)
+
+            self.replace(line, gathered, f"{short(node)} -> {ctx.spell('all_gather')}(...) copied into the list "
+                         "(xm.all_gather concatenates the replicas' tensors along dim 0)")
+        elif name == "all_gather_into_tensor":
+            def into(updated: cst.Call) -> cst.BaseExpression:
+                return cst.parse_expression(
+                    f"{_receiver(updated.args[first].value)}.copy_({ctx.spell('all_gather')}({code(updated, second)}))"
+                ).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+            self.replace(node, into, f"{short(node)} -> {short(into(node), 80)}")
+        else:
+            def broadcast(updated: cst.Call) -> cst.BaseExpression:
+                return cst.parse_expression(
+                    f"{ctx.spell('collective_broadcast')}([{code(updated, first)}], "
+                    f"root_ordinal={code(updated, second)})").with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+            self.replace(node, broadcast, f"{short(node)} -> {short(broadcast(node), 80)} (in place)")
+        common.free_imports(self, node)
+
+
+def _unsqueezed(tensor: cst.BaseExpression) -> str:
+    return f"{_receiver(tensor)}.unsqueeze(0)"
+
+
+def _receiver(expression: cst.BaseExpression) -> str:
+    """``expression`` as the receiver of a method call: parenthesized unless it is a name, attribute, call or
+    subscript."""
+    text = patterns.code_of(expression)
+    if isinstance(expression, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or expression.lpar:
+        return text
+    return f"({text})"
