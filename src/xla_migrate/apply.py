@@ -140,7 +140,7 @@ class EditApplier(cst.CSTTransformer):
         if not changed:
             return updated, False
         if isinstance(updated, cst.IndentedBlock) and not body:
-            self._drop_emptied_if(original)
+            self._drop_emptied_if(original, keeps_else=_has_comments(carried))
             body = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
             carried = []
         if isinstance(original, cst.IndentedBlock) and all(_does_nothing(s) for s in body) and not all(
@@ -153,11 +153,17 @@ class EditApplier(cst.CSTTransformer):
             result = result.with_changes(footer=[*carried, *updated.footer])
         return result, True
 
-    def _drop_emptied_if(self, block: cst.CSTNode) -> None:
+    def _drop_emptied_if(self, block: cst.CSTNode, keeps_else: bool = False) -> None:
         """``if ddp: model = DDP(model)`` whose whole body was removed goes too, rather than stay as
         ``if ddp: pass``, when it has no ``else`` and its test has no side effects. With an ``else`` it
-        becomes ``if not ddp:`` and the else's body; an ``else`` whose body was removed goes."""
+        becomes ``if not ddp:`` and the else's body; an ``else`` whose body was removed goes. ``keeps_else``:
+        the emptied body keeps comments (the ``pass`` carries them), so an ``else`` stays as it is."""
         owner = self.ctx.parent(block)
+        if keeps_else:
+            if isinstance(owner, cst.If) and owner.body is block and owner.orelse is None and patterns.is_pure(
+                    owner.test) and isinstance(self.ctx.parent(owner), (cst.IndentedBlock, cst.Module)):
+                self.removed.add(owner)  # as before: the if without else goes
+            return
         if isinstance(owner, cst.Else) and owner.body is block and not _has_comments(owner.leading_lines):
             statement = self.ctx.parent(owner)
             if isinstance(statement, (cst.If, cst.For, cst.While, cst.Try)) and statement.orelse is owner:
