@@ -1,7 +1,7 @@
 """Golden fixtures: ``fixtures/<CODE>/<case>.in.py`` with one ``<case>.out-<target>.py`` per target.
 
-Distributed cases (every case of a distributed rule's folder, XLA4xx, and each whole script the tool
-migrates as a distributed one) are also migrated in the data-parallel form that is not the target's default
+Distributed cases (every case of a distributed rule's folder, XLA4xx, and every other case the tool
+migrates as a distributed script) are also migrated in the data-parallel form that is not the target's default
 (DESIGN.md section 7): ``<case>.out-<target>.py`` is the target's default form (``ddp`` for ``2.9``, ``xm``
 for ``sagemaker``), ``<case>.out-<target>-<form>.py`` the other one where the target has it (so
 ``.out-2.9-xm.py``; ``sagemaker`` has no ``ddp`` form).
@@ -84,15 +84,14 @@ def _other_forms(target) -> list[str]:
 
 
 def _is_distributed(folder: str, source: Path) -> bool:
-    """The case's migration depends on the data-parallel form: a distributed rule's case (XLA4xx), or a
-    whole script the tool migrates as distributed."""
+    """The case's migration depends on the data-parallel form: a distributed rule's case (XLA4xx), or any
+    case the tool migrates as a distributed script (its rule or every rule, for whole scripts)."""
     if folder.startswith("XLA4"):
         return True
-    if folder != WHOLE_SCRIPTS:
-        return False
     from xla_migrate import migrate
 
-    return bool(migrate(source.read_bytes(), target="2.9", path=source.name).data_parallel)
+    select = None if folder == WHOLE_SCRIPTS else [folder]
+    return bool(migrate(source.read_bytes(), target="2.9", select=select, path=source.name).data_parallel)
 
 
 def _targets_of(folder: str, all_targets: list[str]) -> list[str]:

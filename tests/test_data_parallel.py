@@ -177,3 +177,24 @@ def test_config_form_with_sagemaker_is_refused(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\ndata-parallel = "fsdp"\n')
     bad = _invoke(str(script), "--diff")
     assert bad.exit_code == 2 and "data-parallel must be one of 'ddp', 'xm'" in bad.stderr
+
+
+def test_every_distributed_runnable_fixture_runs_in_both_forms_in_the_proof_tier():
+    """Each runnable script the tool migrates as distributed (fixtures/runnable/, and whole-script goldens the
+    proof runs, such as ddp_env_flag) is in tests/xla/test_data_parallel_proof.py's list, which runs every
+    form of both targets on both torch_xla environments."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proof = (root / "tests" / "xla" / "test_data_parallel_proof.py").read_text()
+    listed = next(ast.literal_eval(node.value) for node in ast.parse(proof).body
+                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DISTRIBUTED")
+    runnable = sorted((root / "fixtures" / "runnable").glob("*.py"))
+    distributed = {p.stem for p in runnable if migrate(p.read_bytes(), target="2.9", path=p.name).data_parallel}
+    assert distributed and distributed <= set(listed), distributed - set(listed)
+    for name in listed:
+        assert (root / "fixtures" / "runnable" / f"{name}.py").exists() or (
+            root / "fixtures" / "scripts" / f"{name}.in.py").exists(), name
+    # the single copy of ddp_env_flag is the whole-script golden's input
+    assert "ddp_env_flag" in listed and not (root / "fixtures" / "runnable" / "ddp_env_flag.py").exists()

@@ -41,10 +41,16 @@ REALISTIC = FIXTURES / "realistic"
 SCRIPTS = sorted(REALISTIC.glob("*.py"))
 
 
+def _options(target: str) -> dict:
+    """``"2.9-xm"``: the 2.9 target in the xm data-parallel form (the form that is not its default)."""
+    name, _, form = target.partition("-")
+    return {"target": name, "data_parallel": form or None}
+
+
 @functools.cache
 def _migrate(path: Path, target: str):
-    """One migration per script and target, shared by the tests (which only read it)."""
-    result = migrate(path.read_bytes(), target=target, path=path.name)
+    """One migration per script and target (and form), shared by the tests (which only read it)."""
+    result = migrate(path.read_bytes(), path=path.name, **_options(target))
     assert result.error is None, result.error.format(path.name)
     return result
 
@@ -226,7 +232,10 @@ def unbound_problems(result) -> list[str]:
 
 
 # The suite -----------------------------------------------------------------------------------------------------
-PARAMS = [pytest.param(path, target, id=f"{path.stem}[{target}]") for path in SCRIPTS for target in TARGETS]
+# Every target in its default form, and distributed scripts also in the 2.9 target's other form (xm).
+DISTRIBUTED_SCRIPTS = [p for p in SCRIPTS if migrate(p.read_bytes(), target="2.9", path=p.name).data_parallel]
+PARAMS = [pytest.param(path, target, id=f"{path.stem}[{target}]") for path in SCRIPTS for target in TARGETS] + [
+    pytest.param(path, "2.9-xm", id=f"{path.stem}[2.9-xm]") for path in DISTRIBUTED_SCRIPTS]
 
 
 def test_the_suite_is_realistic_enough():
@@ -247,7 +256,7 @@ def test_migrates_compiles_and_is_idempotent(path, target):
     if not path.stem.startswith("xla_"):  # scripts already on XLA: see test_code_already_on_xla_is_left_alone
         assert result.changed, "a realistic CUDA script that nothing changed"
     compile(result.output_bytes, path.name, "exec", dont_inherit=True)
-    again = migrate(result.output_bytes, target=target, path=path.name)
+    again = migrate(result.output_bytes, path=path.name, **_options(target))
     assert again.error is None, again.error
     assert again.changes == [], again.changes
     assert again.output_bytes == result.output_bytes, f"second migration changed the output:\n{again.diff}"
