@@ -184,3 +184,16 @@ def test_device_created_at_import_is_reported():
     result = migrate(source, target="sagemaker")
     assert "xmp.spawn(_mp_fn, args=())" in result.code
     assert any(f.code == "XLA407" and "import time" in f.message and f.line == 4 for f in result.findings)
+
+
+def test_entry_point_for_main_called_with_a_constant():
+    """main(True) under the __main__ block: the constant is passed through args=, never used as a parameter
+    name (def _mp_fn(index, True) crashed the rule)."""
+    from xla_migrate import migrate
+
+    source = ('import torch.distributed as dist\n\n\ndef main(distributed):\n    dist.init_process_group("nccl")\n'
+              '\n\nif __name__ == "__main__":\n    main(True)\n')
+    result = migrate(source, target="sagemaker")
+    assert result.error is None
+    assert "def _mp_fn(index, arg0):\n" in result.code and "    main(arg0)\n" in result.code
+    assert "xmp.spawn(_mp_fn, args=(True,))" in result.code

@@ -47,6 +47,8 @@ Use instead:
 
 from __future__ import annotations
 
+import keyword
+
 import libcst as cst
 from libcst.metadata import GlobalScope
 
@@ -157,7 +159,7 @@ class SpawnEntryPoint(Rule):
             name = arg.value.value if isinstance(arg.value, cst.Name) else (
                 arg.keyword.value if arg.keyword else
                 function.params.params[index].name.value if index < len(function.params.params) else f"arg{index}")
-            if name in parameters or name == "index":
+            if name in parameters or name == "index" or keyword.iskeyword(name):  # main(True): not a parameter name
                 name = f"arg{index}"
             parameters.append(name)
             spawn_args.append(patterns.code_of(arg.value))
