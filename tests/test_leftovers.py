@@ -22,6 +22,7 @@ def xm_form(body: str, main_guard: bool = True, target: str = "2.9"):
     form = "xm" if target == "2.9" else None
     result = migrate(source, target=target, data_parallel=form, distributed=True)
     assert result.error is None, result.error
+    assert not [f for f in result.findings if f.code == "XLA000"], result.findings
     compile(result.code, "out.py", "exec")
     again = migrate(result.code, target=target, data_parallel=form, distributed=True)
     assert again.code == result.code, "not idempotent"
@@ -210,3 +211,27 @@ def test_broadcast_on_sagemaker_is_reported_and_all_gather_rewritten():
     assert "for gathered_tensor, chunk in zip(gathered, xm.all_gather(t.unsqueeze(0))):" in result.code
     assert "dist.broadcast(t, src=0)" in result.code and "collective_broadcast" not in result.code
     assert any(f.code == "XLA404" and f.message.startswith("dist.broadcast(t, src=0)") for f in result.findings)
+
+
+def test_in_a_project_an_imported_module_keeps_its_emptied_function(tmp_path):
+    """dist_utils.py's cleanup() is called in the file and imported by train.py: migrated with the project
+    index it stays (train.py calls it); alone, the file's own calls are all there is, and it goes."""
+    from xla_migrate.project import build_index
+
+    utils = ("import torch.distributed as dist\n\n\ndef setup():\n    dist.init_process_group('nccl')\n\n\n"
+             "def cleanup():\n    dist.destroy_process_group()\n\n\ndef run():\n    setup()\n    cleanup()\n\n\n"
+             'if __name__ == "__main__":\n    run()\n')
+    train = "from dist_utils import cleanup, setup\n\nsetup()\ncleanup()\n"
+    (tmp_path / "dist_utils.py").write_text(utils)
+    (tmp_path / "train.py").write_text(train)
+    index = build_index(str(tmp_path), [str(tmp_path / "dist_utils.py"), str(tmp_path / "train.py")])
+    path = str(tmp_path / "dist_utils.py")
+    with_project = migrate(utils, path=path, project=index, target="sagemaker")
+    assert "def cleanup():\n    pass\n" in with_project.code and "def setup():\n    pass\n" in with_project.code
+    assert kept_findings(with_project) == {"cleanup": "train.py imports this module (and may call it)",
+                                           "setup": "train.py imports this module (and may call it)"}
+    alone = migrate(utils, path=path, target="sagemaker")
+    assert "def cleanup" not in alone.code and "def setup" not in alone.code and "setup()" not in alone.code
+    # run() is emptied too, but XLA407's _mp_fn calls it: kept, and no rewrite is withdrawn by the gate
+    assert kept_findings(alone) == {"run": "the migration adds code next to it that uses it"}
+    assert not [f for f in alone.findings + with_project.findings if f.code == "XLA000"]

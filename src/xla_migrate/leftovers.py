@@ -6,8 +6,9 @@ calls. When everything in the file that names the function calls it as a stateme
 (``ddp_setup(rank, world_size)``), the ``def`` and those calls are removed too, each with a change record
 under the code of the rule whose removal emptied it. A function used any other way stays as it is, with a
 finding: passed or stored as a value (``atexit.register(cleanup)``), its result used, listed in
-``__all__``, a method, decorated, defined twice, or a module-level function of a file with no ``__main__``
-block and no call in it (another module may import it).
+``__all__``, a method, decorated, defined twice, a module-level function of a file another project module
+imports (in a tree or ``--project`` run, from the project index), or one with no call in a file with no
+``__main__`` block (another module may import it).
 
 Not a rule: the applier finds the emptied functions (``Applied.emptied_functions``) and the engine asks this
 module for the edits, then applies again (a removed call may empty another function). The removals are
@@ -88,6 +89,12 @@ def _statement_calls(ctx: MigrationContext, function: cst.FunctionDef) -> tuple[
         return [], f"{name} is bound more than once"
     if isinstance(scope, GlobalScope) and _exported(ctx, scope, name):
         return [], "it is exported in __all__"
+    importers = ctx.project.index.importers(ctx.project.rel) if (
+        isinstance(scope, GlobalScope) and ctx.project is not None) else []
+    if importers:
+        return [], f"{', '.join(importers)} imports this module (and may call it)"
+    if function in ctx.edits.before or function in ctx.edits.after:
+        return [], "the migration adds code next to it that uses it"
     calls: list[cst.Expr] = []
     for access in assignments[0].references:
         reference = access.node
@@ -98,6 +105,8 @@ def _statement_calls(ctx: MigrationContext, function: cst.FunctionDef) -> tuple[
             return [], f"it is used as a value, not only called (line {ctx.position(reference)[0]})"
         if not all(patterns.is_pure(arg.value) for arg in call.args):
             return [], f"a call's arguments may have side effects (line {ctx.position(call)[0]})"
+        if any(node in ctx.edits.replace for node in (call, statement, ctx.parent(statement))):
+            return [], f"another rule rewrites a call of it (line {ctx.position(call)[0]})"
         calls.append(statement)
     if not calls and isinstance(scope, GlobalScope) and ctx.facts.main_guard is None:
         return [], "nothing in this file calls it, and another module may import it"

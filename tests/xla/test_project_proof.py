@@ -27,12 +27,7 @@ STEPS = 48  # 384 samples / 16 per batch * 2 epochs
 
 
 def _python(env: str):
-    python, why = xp.env_python(env)
-    if python is None:
-        if xp.in_ci():
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
-    return python
+    return xp.require_env(env)
 
 
 def _sources(folder: Path) -> dict[str, str]:
