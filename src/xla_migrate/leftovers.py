@@ -5,7 +5,8 @@ process group and the CUDA device is left doing nothing (``pass``) once XLA404 a
 calls. When everything in the file that names the function calls it as a statement of its own
 (``ddp_setup(rank, world_size)``), the ``def`` and those calls are removed too, each with a change record
 under the code of the rule whose removal emptied it. A function used any other way stays as it is, with a
-finding: passed or stored as a value (``atexit.register(cleanup)``), its result used, listed in
+finding (a special method, ``__init__``, stays without one): passed or stored as a value
+(``atexit.register(cleanup)``), its result used, listed in
 ``__all__``, a method, decorated, defined twice, a module-level function of a file another project module
 imports (in a tree or ``--project`` run, from the project index), or one with no call in a file with no
 ``__main__`` block (another module may import it).
@@ -41,6 +42,8 @@ def remove_emptied_functions(ctx: MigrationContext, functions: list[cst.Function
         code = sources[0].code
         name = function.name.value
         calls, why_kept = _statement_calls(ctx, function)
+        if why_kept is not None and isinstance(ctx.scopes.get(function), ClassScope) and name.startswith("__"):
+            continue  # an emptied __init__ or other hook the language calls: harmless, and nothing to say
         if why_kept is not None:
             ctx.record_finding(code, function, f"def {name}(): its body is only `pass` after the migration, "
                                f"but it is kept: {why_kept}", f"remove {name} and its uses by hand if nothing "
