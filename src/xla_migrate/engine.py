@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import gate, nesting
+from .walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext
 from .imports import add_imports, remove_dead_imports
@@ -156,6 +157,12 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     """``distributed``: True/False force the distributed or single-device migration; None detects it.
     ``data_parallel``: "ddp" or "xm" (None: the target's default). ``project``: the file's view of the
     project index (``project.ProjectFile``), None for a file migrated alone."""
+    with fast_visits():
+        return _run_pipeline(module, target, rules, distributed, data_parallel, project)
+
+
+def _run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]], distributed: bool | None,
+                  data_parallel: str | None, project) -> PipelineOutput:
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
     ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel, project=project)
     if ctx.facts.runs_on_xla:
