@@ -16,16 +16,14 @@ own path. The child fields of each node type, in visiting order, are read once f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import inspect
-import re
 import threading
 from collections.abc import Iterator
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
 
-_CHILD_FIELD = re.compile(r'visit_(\w+)\(\s*self,\s*"(\w+)"')
 _libcst_visit = CSTNode.visit
 _lock = threading.Lock()
 _depth = 0
@@ -33,13 +31,15 @@ _depth = 0
 
 @functools.lru_cache(maxsize=None)
 def child_fields(node_type: type) -> tuple[tuple[str, bool], ...]:
-    """(field, hooks when None) of a node type's children, in the order libcst visits them. libcst calls
-    the attribute hooks for an absent optional child, but not for an absent ``format_spec`` sequence."""
-    source = inspect.getsource(node_type._visit_and_replace_children)
-    fields: dict[str, bool] = {}
-    for kind, name in _CHILD_FIELD.findall(source):
-        fields.setdefault(name, kind != "sequence")
-    return tuple(fields.items())
+    """(field, hooks when None) of a node type's children, in the order libcst visits them: the field names
+    among the string constants of its ``_visit_and_replace_children``, in their order (each child is
+    visited there as ``visit_<kind>(self, "<field>", ...)``; reading the constants, not the source, keeps
+    start-up fast). libcst calls the attribute hooks for an absent optional child, but not for the absent
+    ``format_spec`` of a formatted-string expression."""
+    names = {f.name for f in dataclasses.fields(node_type)}
+    constants = node_type._visit_and_replace_children.__code__.co_consts
+    ordered = dict.fromkeys(c for c in constants if isinstance(c, str) and c in names)
+    return tuple((name, name != "format_spec") for name in ordered)
 
 
 @functools.lru_cache(maxsize=None)
