@@ -93,14 +93,16 @@ def copy_files(files: list[tuple[Path, Path]], into: Path) -> None:
 
 def timed_run(command: list[str], cwd: Path | None = None, ok=(0, 1)) -> tuple[float, int]:
     """Wall seconds and peak resident memory (MB) of one child process, measured for that child alone."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode not in ok:
-        raise SystemExit(f"{' '.join(command)} failed ({process.returncode}): {stderr[-2000:]}")
+    with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: a full pipe would stall the child
+        start = time.perf_counter()
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode not in ok:
+            stderr.seek(0)
+            raise SystemExit(f"{' '.join(command)} failed ({process.returncode}): "
+                             f"{stderr.read().decode(errors='replace')[-2000:]}")
     return wall, usage.ru_maxrss // 1024
 
 
