@@ -84,13 +84,13 @@ class MigrationContext:
                  project: ProjectFile | None = None) -> None:
         self.module = wrapper.module
         self.target = target
-        self._wrapper = wrapper
         # Qualified names are asked of the scopes per node, when a rule asks (what libcst's
         # QualifiedNameProvider does for every node of the module up front).
         self.scopes: dict[cst.CSTNode, Scope] = wrapper.resolve(ScopeProvider)
         self._qualnames: dict[cst.CSTNode, set[str]] = {}
-        # Positions cost a second rendering of the module: resolved when a record first needs one.
-        self._resolved_positions: Mapping[cst.CSTNode, CodeRange] | None = None
+        # Resolved here, not when a record first needs one: that is deep inside the rules' traversal, and
+        # rendering the module for positions on top of that stack overflows on input at the nesting limit.
+        self._positions: Mapping[cst.CSTNode, CodeRange] = wrapper.resolve(PositionProvider)
         self._parents = walk.parents(self.module)
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
         # This file's view of the project index (project.py), or None: migrated alone.
@@ -132,12 +132,6 @@ class MigrationContext:
         return self._rule_codes is None or code in self._rule_codes
 
     # Metadata --------------------------------------------------------------------------------------------
-    @property
-    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        if self._resolved_positions is None:
-            self._resolved_positions = self._wrapper.resolve(PositionProvider)
-        return self._resolved_positions
-
     def qualnames(self, node: cst.CSTNode) -> set[str]:
         names = self._qualnames.get(node)
         if names is None:

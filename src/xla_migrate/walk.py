@@ -76,7 +76,22 @@ def _walk(node: CSTNode, visitor: cst.CSTVisitor, hooks: bool) -> None:
 def _visit(self: CSTNode, visitor):
     if not isinstance(visitor, cst.CSTVisitor):
         return _libcst_visit(self, visitor)
-    _walk(self, visitor, _uses_attribute_hooks(type(visitor)))
+    # _walk's body inline: visitors that call ``child.visit(self)`` from their own methods (libcst's
+    # expression-context provider, once per link of an attribute chain) recurse no deeper than in libcst.
+    hooks = _uses_attribute_hooks(type(visitor))
+    if visitor.on_visit(self):
+        for field, hooks_when_none in child_fields(type(self)):
+            value = getattr(self, field)
+            if hooks and (value is not None or hooks_when_none):
+                visitor.on_visit_attribute(self, field)
+            if isinstance(value, CSTNode):
+                _walk(value, visitor, hooks)
+            elif isinstance(value, (tuple, list)):
+                for child in value:
+                    _walk(child, visitor, hooks)
+            if hooks and (value is not None or hooks_when_none):
+                visitor.on_leave_attribute(self, field)
+    visitor.on_leave(self)
     return self
 
 
