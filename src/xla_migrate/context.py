@@ -7,15 +7,14 @@ never see each other's output and one traversal serves them all.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import CodeRange, ParentNodeProvider, PositionProvider, QualifiedNameProvider, Scope, ScopeProvider
-from libcst.metadata.base_provider import LazyValue
+from libcst.metadata import CodeRange, PositionProvider, Scope, ScopeProvider
 from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope
 
-from . import patterns
+from . import patterns, walk
 from .facts import Facts, collect_facts
 from .project import ProjectFile
 from .steps import StepModel
@@ -96,11 +95,14 @@ class MigrationContext:
                  project: ProjectFile | None = None) -> None:
         self.module = wrapper.module
         self.target = target
-        resolved = wrapper.resolve_many([PositionProvider, QualifiedNameProvider, ScopeProvider, ParentNodeProvider])
-        self._positions = resolved[PositionProvider]
-        self._qualnames = resolved[QualifiedNameProvider]
-        self.scopes: dict[cst.CSTNode, Scope] = resolved[ScopeProvider]
-        self._parents = resolved[ParentNodeProvider]
+        # Qualified names are asked of the scopes per node, when a rule asks (what libcst's
+        # QualifiedNameProvider does for every node of the module up front).
+        self.scopes: dict[cst.CSTNode, Scope] = wrapper.resolve(ScopeProvider)
+        self._qualnames: dict[cst.CSTNode, set[str]] = {}
+        # Resolved here, not when a record first needs one: that is deep inside the rules' traversal, and
+        # rendering the module for positions on top of that stack overflows on input at the nesting limit.
+        self._positions: Mapping[cst.CSTNode, CodeRange] = wrapper.resolve(PositionProvider)
+        self._parents = walk.parents(self.module)
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
         # This file's view of the project index (project.py), or None: migrated alone.
         self.project = project
@@ -142,10 +144,12 @@ class MigrationContext:
 
     # Metadata --------------------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:
-        value = self._qualnames.get(node)
-        if isinstance(value, LazyValue):
-            value = value()
-        return {q.name for q in value} if value else set()
+        names = self._qualnames.get(node)
+        if names is None:
+            scope = self.scopes.get(node)
+            names = {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+            self._qualnames[node] = names
+        return set(names)
 
     def is_call_to(self, node: cst.CSTNode, *names: str) -> bool:
         return isinstance(node, cst.Call) and bool(self.qualnames(node.func) & set(names))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import gate, leftovers, nesting
+from .walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext
 from .imports import add_imports, remove_dead_imports
@@ -156,13 +157,18 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     """``distributed``: True/False force the distributed or single-device migration; None detects it.
     ``data_parallel``: "ddp" or "xm" (None: the target's default). ``project``: the file's view of the
     project index (``project.ProjectFile``), None for a file migrated alone."""
-    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel, project=project)
-    if ctx.facts.runs_on_xla:
-        rules = [rule for rule in rules if rule.on_xla_code]
-    ctx.set_rule_codes(frozenset(r.code for r in rules))
-    if rules:
-        module.visit(_BatchedRules([rule(ctx) for rule in rules]))
+    # The analysis and the rules only read the tree: their visitors walk it rather than rebuild it. The
+    # edits' transformers run outside, on libcst's own path (through the walk's hook they would recurse
+    # one frame deeper per level).
+    with fast_visits():
+        wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+        ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel,
+                               project=project)
+        if ctx.facts.runs_on_xla:
+            rules = [rule for rule in rules if rule.on_xla_code]
+        ctx.set_rule_codes(frozenset(r.code for r in rules))
+        if rules:
+            module.visit(_BatchedRules([rule(ctx) for rule in rules]))
     applied = _applied(ctx, _apply_with_leftovers(ctx))
     if applied.module is not module:
         output_gate = gate.OutputGate(module.code)

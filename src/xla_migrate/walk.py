@@ -1,0 +1,136 @@
+"""A read-only traversal for libcst visitors that does not rebuild the tree.
+
+libcst's ``CSTNode.visit`` runs a ``CSTVisitor`` through ``_visit_and_replace_children``, which constructs
+(and validates) a new copy of every node it passes and then throws the copy away, since a visitor cannot
+change the tree ("TODO: provide traversal where children are not replaced", libcst/_nodes/base.py). That
+copy was most of the engine's time: every metadata provider, the facts pass, the step collector and the
+rules' traversal each rebuilt the whole module.
+
+``fast_visits()`` makes ``CSTNode.visit`` walk the same children in the same order with the same hooks
+(``on_visit``, ``on_visit_attribute``, ``on_leave_attribute``, ``on_leave``; children skipped when
+``on_visit`` says so) and return the node itself, as libcst does for a visitor. Transformers keep libcst's
+own path. The child fields of each node type, in visiting order, are read once from its
+``_visit_and_replace_children`` (every child is visited there as ``visit_<kind>(self, "<field>", ...)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import threading
+from collections.abc import Iterator
+
+import libcst as cst
+from libcst._nodes.base import CSTNode
+
+_libcst_visit = CSTNode.visit
+_lock = threading.Lock()
+_depth = 0
+
+
+@functools.lru_cache(maxsize=None)
+def child_fields(node_type: type) -> tuple[tuple[str, bool], ...]:
+    """(field, hooks when None) of a node type's children, in the order libcst visits them: the field names
+    among the string constants of its ``_visit_and_replace_children``, in their order (each child is
+    visited there as ``visit_<kind>(self, "<field>", ...)``; reading the constants, not the source, keeps
+    start-up fast). libcst calls the attribute hooks for an absent optional child, but not for the absent
+    ``format_spec`` of a formatted-string expression."""
+    names = {f.name for f in dataclasses.fields(node_type)}
+    constants = node_type._visit_and_replace_children.__code__.co_consts
+    ordered = dict.fromkeys(c for c in constants if isinstance(c, str) and c in names)
+    return tuple((name, name != "format_spec") for name in ordered)
+
+
+@functools.lru_cache(maxsize=None)
+def _uses_attribute_hooks(visitor_type: type) -> bool:
+    """The visitor does something in ``on_visit_attribute``/``on_leave_attribute``: it overrides them, or
+    it has a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own."""
+    if (visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
+            or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute):
+        return True
+    for name in dir(visitor_type):
+        prefix, _, rest = name.partition("_")
+        if prefix in ("visit", "leave") and "_" in rest and getattr(visitor_type, name) is not getattr(
+                cst.CSTVisitor, name, None):
+            return True
+    return False
+
+
+def _walk(node: CSTNode, visitor: cst.CSTVisitor, hooks: bool) -> None:
+    if visitor.on_visit(node):
+        for field, hooks_when_none in child_fields(type(node)):
+            value = getattr(node, field)
+            if hooks and (value is not None or hooks_when_none):
+                visitor.on_visit_attribute(node, field)
+            if isinstance(value, CSTNode):
+                _walk(value, visitor, hooks)
+            elif isinstance(value, (tuple, list)):
+                for child in value:
+                    _walk(child, visitor, hooks)
+            if hooks and (value is not None or hooks_when_none):
+                visitor.on_leave_attribute(node, field)
+    visitor.on_leave(node)
+
+
+def _visit(self: CSTNode, visitor):
+    if not isinstance(visitor, cst.CSTVisitor):
+        return _libcst_visit(self, visitor)
+    # _walk's body inline: visitors that call ``child.visit(self)`` from their own methods (libcst's
+    # expression-context provider, once per link of an attribute chain) recurse no deeper than in libcst.
+    hooks = _uses_attribute_hooks(type(visitor))
+    if visitor.on_visit(self):
+        for field, hooks_when_none in child_fields(type(self)):
+            value = getattr(self, field)
+            if hooks and (value is not None or hooks_when_none):
+                visitor.on_visit_attribute(self, field)
+            if isinstance(value, CSTNode):
+                _walk(value, visitor, hooks)
+            elif isinstance(value, (tuple, list)):
+                for child in value:
+                    _walk(child, visitor, hooks)
+            if hooks and (value is not None or hooks_when_none):
+                visitor.on_leave_attribute(self, field)
+    visitor.on_leave(self)
+    return self
+
+
+def walk(node: CSTNode, visitor: cst.CSTVisitor) -> None:
+    """Run a read-only visitor over ``node`` without rebuilding it."""
+    _walk(node, visitor, _uses_attribute_hooks(type(visitor)))
+
+
+@contextlib.contextmanager
+def fast_visits() -> Iterator[None]:
+    """While inside (re-entrant, any thread), visitors walk the tree instead of rebuilding it."""
+    global _depth
+    with _lock:
+        if _depth == 0:
+            CSTNode.visit = _visit
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                CSTNode.visit = _libcst_visit
+
+
+def parents(module: cst.Module) -> dict[CSTNode, CSTNode]:
+    """Child -> parent for every node below ``module`` (what libcst's ParentNodeProvider gives, without a
+    visitor and the ``children`` copy it makes of every node)."""
+    found: dict[CSTNode, CSTNode] = {}
+    stack: list[CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        for field, _ in child_fields(type(node)):
+            value = getattr(node, field)
+            if isinstance(value, CSTNode):
+                found[value] = node
+                stack.append(value)
+            elif isinstance(value, (tuple, list)):
+                for child in value:
+                    found[child] = node
+                    stack.append(child)
+    return found
