@@ -1,0 +1,124 @@
+"""The read-only walk (src/xla_migrate/walk.py) visits exactly what libcst's own traversal visits.
+
+The walk reads each node type's child order from libcst's internals, so a libcst release that changes them
+must fail here, not change the migration silently."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst._nodes.base import CSTNode
+from libcst.metadata import MetadataWrapper, ParentNodeProvider
+
+from xla_migrate import walk
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted((ROOT / "fixtures" / "realistic").glob("*.py")) + sorted((ROOT / "fixtures" / "scripts").glob("*.in.py"))
+# Syntax the fixtures may not hold: every kind of node libcst has a field order for.
+EXTRA = '''\
+from __future__ import annotations
+import a.b as c
+from . import d
+@decorator(arg)
+class K(Base, metaclass=M):
+    x: int = 1
+    async def f(self, /, a, *args, b=2, **kw) -> "K":
+        global g
+        nonlocal_free = lambda q, *r: q
+        async with ctx() as (u, v), other():
+            async for i in aiter():
+                yield i
+        await thing
+        try:
+            pass
+        except* ValueError as e:
+            raise RuntimeError from e
+        else:
+            del a[1:2, ::3], b.c
+        finally:
+            return f"{a!r:>{width}} {b=}"
+def g[T](x: T) -> T:
+    match x:
+        case [1, *rest] | {"k": _, **others} if rest:
+            pass
+        case Point(x=0, y=y) as p:
+            pass
+    while (n := next(it)) is not None:
+        continue
+    else:
+        assert x, "msg"
+    type Alias = list[int]
+    return {k: v for k, v in x.items() if k} or [y async for y in z] or {*s} or (a if b else c) or ...
+'''
+
+
+class Recorder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, str]] = []
+
+    def on_visit(self, node: CSTNode) -> bool:
+        self.events.append(("visit", id(node), type(node).__name__))
+        return True
+
+    def on_leave(self, node: CSTNode) -> None:
+        self.events.append(("leave", id(node), type(node).__name__))
+
+    def on_visit_attribute(self, node: CSTNode, attribute: str) -> None:
+        self.events.append(("enter", id(node), attribute))
+
+    def on_leave_attribute(self, node: CSTNode, attribute: str) -> None:
+        self.events.append(("exit", id(node), attribute))
+
+
+def _modules():
+    yield "extra", cst.parse_module(EXTRA)
+    for path in SOURCES:
+        yield path.name, cst.parse_module(path.read_bytes())
+
+
+@pytest.mark.parametrize("name,module", list(_modules()), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_walk_gives_libcsts_events_in_libcsts_order(name, module):
+    own, fast = Recorder(), Recorder()
+    module.visit(own)
+    with walk.fast_visits():
+        assert module.visit(fast) is module  # a visitor leaves the tree as it is, as with libcst
+    assert fast.events == own.events
+    assert len(own.events) > 100
+
+
+def test_child_fields_follow_the_source_of_every_node_type():
+    types = {t for t in _subclasses(CSTNode) if "_visit_and_replace_children" in vars(t)}
+    assert len(types) > 150
+    for node_type in types:
+        source = inspect.getsource(node_type._visit_and_replace_children)
+        fields = [f.name for f in dataclasses.fields(node_type)]
+        in_source = [m.group(1) for m in re.finditer(r'"(\w+)"', source) if m.group(1) in fields]
+        assert [f for f, _ in walk.child_fields(node_type)] == list(dict.fromkeys(in_source)), node_type
+
+
+def test_parents_match_libcsts_provider():
+    for _, module in _modules():
+        expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ParentNodeProvider)
+        assert walk.parents(module) == dict(expected)
+
+
+def test_transformers_keep_libcsts_path_inside_fast_visits():
+    class Rename(cst.CSTTransformer):
+        def leave_Name(self, original_node, updated_node):
+            return updated_node.with_changes(value="y") if updated_node.value == "x" else updated_node
+
+    module = cst.parse_module("x = x + 1\n")
+    with walk.fast_visits():
+        assert module.visit(Rename()).code == "y = y + 1\n"
+    assert cst.CSTNode.visit is walk._libcst_visit  # restored on the way out
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
