@@ -61,7 +61,8 @@ class CudaLeftover(Rule):
     code = "XLA900"
     name = "cuda-leftover"
     summary = "every CUDA construct left in the output (torch.cuda, .cuda(), 'cuda', nccl, cudnn) is reported"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
+    reports_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
