@@ -1,0 +1,21 @@
+"""Defect classes found on the public corpus (docs/corpus.md), each on a self-written script of its shape."""
+from pathlib import Path
+
+from xla_migrate.api import migrate
+
+REALISTIC = Path(__file__).resolve().parent.parent / "fixtures" / "realistic"
+
+
+def _migrated(name: str, target: str):
+    result = migrate((REALISTIC / name).read_bytes(), target=target, path=name)
+    assert result.error is None, result.error
+    compile(result.output_bytes, name, "exec", dont_inherit=True)
+    return result
+
+
+def test_literal_arguments_of_the_entry_call_stay_values():
+    """O1: `main(x, None, True)` made `def _mp_fn(index, None, True)` (an internal error)."""
+    result = _migrated("entry_literal_arguments.py", "sagemaker")
+    assert "def _mp_fn(index, config_path, resume, verbose, seed):" in result.code, result.code
+    assert "main(config_path, resume, verbose, seed=seed)" in result.code
+    assert "args=(parser.parse_args().config, None, True, 1" in result.code, result.code
