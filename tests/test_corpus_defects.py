@@ -19,3 +19,11 @@ def test_literal_arguments_of_the_entry_call_stay_values():
     assert "def _mp_fn(index, config_path, resume, verbose, seed):" in result.code, result.code
     assert "main(config_path, resume, verbose, seed=seed)" in result.code
     assert "args=(parser.parse_args().config, None, True, 1" in result.code, result.code
+
+
+def test_a_backend_chosen_by_a_cuda_test_becomes_xla():
+    """O5: `"gloo" if not cuda else "nccl"` was folded to a bare "nccl" with no finding."""
+    for target in ("sagemaker", "2.9"):
+        result = _migrated("dist_backend_by_cuda.py", target)
+        assert 'backend = "xla"' in result.code, result.code
+        assert "nccl" not in result.code

@@ -19,6 +19,8 @@ What it does:
       folded test (``if True:``), so nothing is re-indented and no comment is lost.
     - ``assert torch.cuda.is_available()`` is removed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
+    - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
+      ``"xla"``: neither backend is XLA's, the choice was the accelerator's.
 
     Device expressions that XLA101 or the AMP rules rewrite as a whole (``"cuda" if torch.cuda.is_available()
     else "cpu"``) are left to them.
@@ -60,6 +62,19 @@ def _bare(node: cst.BaseExpression, like: cst.BaseExpression) -> cst.BaseExpress
     if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:
         return node
     return node.with_changes(lpar=like.lpar, rpar=like.rpar)
+
+
+BACKENDS = ("nccl", "gloo", "mpi")
+
+
+def _backend_choice(node: cst.IfExp) -> bool:
+    """``"gloo" if <cuda test> else "nccl"``: a process-group backend chosen by the CUDA test."""
+    return patterns.string_value(node.body) in BACKENDS and patterns.string_value(node.orelse) in BACKENDS
+
+
+def _quoted(like: cst.BaseExpression, value: str) -> str:
+    quote = "'" if isinstance(like, cst.SimpleString) and like.value.startswith("'") else '"'
+    return f"{quote}{value}{quote}"
 
 
 class CudaGates(Rule):
@@ -158,6 +173,12 @@ class CudaGates(Rule):
                              f"{text} is {value} on XLA: dropped from the condition")
                 return None
             return self._fold(parent, value, gate)
+        if isinstance(parent, cst.IfExp) and parent.test is node and _backend_choice(parent):
+            # `"gloo" if not cuda else "nccl"`: neither is XLA's; the choice was the accelerator's backend.
+            self._done.add(parent)
+            self.replace(parent, _bare(cst.SimpleString(_quoted(parent.body, "xla")), parent),
+                         f"backend chosen by {text} -> \"xla\" (the XLA process group's backend)")
+            return None
         if isinstance(parent, cst.IfExp) and parent.test is node:
             self._done.add(parent)
             self.replace(parent, lambda u: _bare(u.body if value else u.orelse, u),
