@@ -27,3 +27,14 @@ def test_a_backend_chosen_by_a_cuda_test_becomes_xla():
         result = _migrated("dist_backend_by_cuda.py", target)
         assert 'backend = "xla"' in result.code, result.code
         assert "nccl" not in result.code
+
+
+def test_function_local_cuda_amp_imports_are_reported():
+    """O3: `from torch.cuda.amp import GradScaler` inside a method stayed with no finding."""
+    for target in ("sagemaker", "2.9"):
+        result = _migrated("amp_local_imports.py", target)
+        lines = result.source.splitlines()
+        local_imports = [n for n, line in enumerate(lines, 1) if line.strip().startswith("from torch.cuda.amp")]
+        assert len(local_imports) == 2
+        for line in local_imports:
+            assert line in {f.line for f in result.findings} or lines[line - 1] not in result.code.splitlines()

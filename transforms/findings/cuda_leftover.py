@@ -29,6 +29,7 @@ Use instead:
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import GlobalScope
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
@@ -215,8 +216,8 @@ class CudaLeftover(Rule):
                 return True
             bindings = [((patterns.dotted_name(alias.name), None), alias.evaluated_alias) for alias in node.names]
         scope = self.ctx.scopes.get(node)
-        if scope is None:
-            return True
+        if not isinstance(scope, GlobalScope):
+            return True  # the engine removes dead imports at module level only: a local one stays
         for key, bound in bindings:
             if key not in self.ctx.maybe_dead_imports:
                 return True
