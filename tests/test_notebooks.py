@@ -164,15 +164,15 @@ def test_notebook_findings_and_errors_name_the_cell_in_every_format(tmp_path):
     assert [(f["cell"], f["line"], f["code"]) for f in entry["findings"]] == [(3, 2, code)]
     github = run_cli("nb.ipynb", "--check", "--format", "github", cwd=tmp_path).stderr.decode()
     assert f"::warning file=nb.ipynb,title={code}::cell 3, line 2: " in github
-    # A cell that does not parse: the error names the cell and the line within it.
+    # A cell that is not Python: left out as it is, a finding names the cell and the line within it.
     nb.cells.append(nbformat.v4.new_code_cell("y = 1\nz = (1,"))
     nbformat.write(nb, str(path))
-    before = path.read_bytes()
-    bad = run_cli("nb.ipynb", "--in-place", cwd=tmp_path)
-    assert bad.returncode == 2 and bad.stderr.decode().startswith("error: nb.ipynb:cell 4:line 2: cannot parse")
-    assert path.read_bytes() == before
+    left = run_cli("nb.ipynb", "--in-place", cwd=tmp_path)
+    assert left.returncode == 0, left.stderr
+    assert "nb.ipynb:cell 4:line 2: XLA001 code cell left as it is: it is not Python" in left.stderr.decode()
+    assert nbformat.read(str(path), as_version=4).cells[3].source == "y = 1\nz = (1,"
     entry = json.loads(run_cli("nb.ipynb", "--check", "--format", "json", cwd=tmp_path).stdout)["files"][0]
-    assert entry["error"]["cell"] == 4 and entry["error"]["line"] == 2
+    assert [(f["cell"], f["line"], f["code"]) for f in entry["findings"]][-1] == (4, 2, "XLA001")
 
 
 def test_notebook_out_and_diff(tmp_path):
@@ -201,9 +201,10 @@ def test_notebooks_in_a_tree_and_a_broken_cell(tmp_path):
     result = invoke("--in", str(folder), "--in-place")
     assert result.exit_code == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 2
-    assert errors[0].startswith(f"error: {folder}/bad.ipynb:cell 2:line ")
-    assert errors[1].startswith(f"error: {folder}/junk.ipynb: not a valid notebook")
+    assert len(errors) == 1
+    assert errors[0].startswith(f"error: {folder}/junk.ipynb: not a valid notebook")
+    # The broken cell is left out with a finding; nothing else in that notebook needed a change.
+    assert f"{folder}/bad.ipynb:cell 2:line 1: XLA001" in result.stderr
     assert (folder / "bad.ipynb").read_bytes() == bad_before
     assert "xla_device" in (folder / "good.ipynb").read_text()
 
@@ -227,3 +228,30 @@ def test_other_kernels_are_left_alone(tmp_path, language):
     path = tmp_path / "nb.ipynb"
     path.write_text(nbformat.writes(nb))
     assert invoke("--in", str(path), "--check").exit_code == 0
+
+
+def test_cells_that_are_not_python_are_left_out_and_the_rest_migrates(tmp_path):
+    """Corpus class O4: wildcard help (`torch.*Tensor?`), shell lines without `!`, a shell script in a code
+    cell each made the whole notebook an input error."""
+    path = tmp_path / "tutorial.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    shell = "git clone https://example.invalid/repo.git\ncd repo\npip install -e ."
+    script = 'model=meta/llama\ndocker run --gpus all -e MODEL="$model" server:latest'
+    nb.cells = [
+        nbformat.v4.new_code_cell("import torch\ntorch.*Tensor?"),
+        nbformat.v4.new_code_cell(shell),
+        nbformat.v4.new_markdown_cell("Now train."),
+        nbformat.v4.new_code_cell("device = torch.device('cuda')\nx = torch.zeros(2).to(device)"),
+        nbformat.v4.new_code_cell(script),
+    ]
+    nbformat.write(nb, str(path))
+    done = run_cli("tutorial.ipynb", "--in-place", "--target", "2.9", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    cells = nbformat.read(str(path), as_version=4).cells
+    assert cells[0].source.endswith("torch.*Tensor?") and "import torch_xla" in cells[0].source
+    assert cells[1].source == shell and cells[4].source == script
+    assert cells[3].source.startswith("device = torch_xla.device()")
+    stderr = done.stderr.decode()
+    assert "tutorial.ipynb:cell 2:line 1: XLA001" in stderr and "tutorial.ipynb:cell 5:line 2: XLA001" in stderr
+    assert "cell 1" not in stderr.split("XLA001")[0]  # the help line is IPython, not a left-out cell

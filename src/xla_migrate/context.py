@@ -15,6 +15,7 @@ from libcst.metadata import CodeRange, PositionProvider, Scope, ScopeProvider
 from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope
 
 from . import patterns, walk
+from .cuda_paths import CudaPaths, collect_cuda_paths
 from .facts import Facts, collect_facts
 from .project import ProjectFile
 from .steps import StepModel
@@ -132,6 +133,7 @@ class MigrationContext:
         # Module -> the name new code uses for it (see local_name).
         self._module_names: dict[str, str] = {}
         self._scopes_list: list[Scope] | None = None
+        self._cuda_paths: CudaPaths | None = None
 
     def set_rule_codes(self, codes: frozenset[str]) -> None:
         """The rules of this run, once the engine has chosen them (after the facts say whether the script
@@ -141,6 +143,18 @@ class MigrationContext:
     def runs(self, code: str) -> bool:
         """The rule with this code is part of this run."""
         return self._rule_codes is None or code in self._rule_codes
+
+    def on_live_cuda_path(self, node: cst.CSTNode) -> bool:
+        """In a script that already runs on XLA, ``node`` is on a CUDA path it chooses at run time (under a
+        CUDA gate, or outside the XLA branches of a file that tests whether it runs on XLA): that code runs
+        on GPU hosts only, so it is left as it is (XLA900 reports it). Walked once, on the first question."""
+        return self.facts.runs_on_xla and self.cuda_paths.on_cuda_path(node)
+
+    @property
+    def cuda_paths(self) -> CudaPaths:
+        if self._cuda_paths is None:
+            self._cuda_paths = collect_cuda_paths(self.module, self.qualnames, self.parent)
+        return self._cuda_paths
 
     # Metadata --------------------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> set[str]:

@@ -21,6 +21,7 @@ from . import gate, leftovers, nesting
 from .walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext
+from .cuda_paths import CudaPaths
 from .imports import add_imports, remove_dead_imports
 from .records import Change, Finding, InputError
 from .rule import Rule
@@ -115,22 +116,42 @@ class _BatchedRules(cst.CSTVisitor):
     (libcst inspects every visitor's members on every call: most of the time on a small file). Rules take
     their metadata from the context, which resolved it once, so none is resolved here."""
 
-    def __init__(self, rules: list[Rule]) -> None:
+    def __init__(self, rules: list[Rule], cuda_paths: CudaPaths | None = None) -> None:
         super().__init__()
         self._visits: dict[str, list] = {}
         self._leaves: dict[str, list] = {}
+        # The same for the rules that only report: all that runs on a CUDA path of code already on XLA.
+        self._report_visits: dict[str, list] = {}
+        self._report_leaves: dict[str, list] = {}
         for rule in rules:
-            for prefix, table in (("visit_", self._visits), ("leave_", self._leaves)):
+            tables = (("visit_", self._visits, self._report_visits), ("leave_", self._leaves, self._report_leaves))
+            for prefix, table, report_table in tables:
                 for node_type in _handled_node_types(type(rule), prefix):
                     table.setdefault(node_type, []).append(getattr(rule, prefix + node_type))
+                    if rule.reports_only:
+                        report_table.setdefault(node_type, []).append(getattr(rule, prefix + node_type))
+        self._cuda_paths = cuda_paths
+        # Innermost first: whether the branch being walked is on a CUDA path (outside any gated branch:
+        # whether the file tests for XLA, and so has a CUDA path besides it).
+        self._on_cuda_path = [cuda_paths.tests_for_xla] if cuda_paths is not None else [False]
+
+    def _entering(self, node: cst.CSTNode) -> bool:
+        path = self._cuda_paths.path_of_branch(node) if self._cuda_paths is not None else None
+        if path is not None:
+            self._on_cuda_path.append(path == "cuda")
+        return self._on_cuda_path[-1] and not isinstance(node, cst.Module)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        for method in self._visits.get(type(node).__name__, ()):
+        table = self._report_visits if self._entering(node) else self._visits
+        for method in table.get(type(node).__name__, ()):
             method(node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        for method in self._leaves.get(type(original_node).__name__, ()):
+        on_cuda_path = self._on_cuda_path[-1] and not isinstance(original_node, cst.Module)
+        if self._cuda_paths is not None and self._cuda_paths.path_of_branch(original_node) is not None:
+            self._on_cuda_path.pop()
+        for method in (self._report_leaves if on_cuda_path else self._leaves).get(type(original_node).__name__, ()):
             method(original_node)
 
     # No rule uses libcst's per-attribute hooks; the default ones cost two lookups per child of every node.
@@ -168,7 +189,8 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
             rules = [rule for rule in rules if rule.on_xla_code]
         ctx.set_rule_codes(frozenset(r.code for r in rules))
         if rules:
-            module.visit(_BatchedRules([rule(ctx) for rule in rules]))
+            cuda_paths = ctx.cuda_paths if ctx.facts.runs_on_xla else None
+            module.visit(_BatchedRules([rule(ctx) for rule in rules], cuda_paths))
     applied = _applied(ctx, _apply_with_leftovers(ctx))
     if applied.module is not module:
         output_gate = gate.OutputGate(module.code)

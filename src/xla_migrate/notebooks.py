@@ -3,19 +3,26 @@ migrated as one script, so that what one cell defines is known in the next, and 
 into its cells; outputs, metadata and the other cells stay as they are. Imports the output needs go into
 the first code cell. IPython lines (``%magic``, ``!shell``, ``x = !cmd``, ``obj?``) are masked with a
 placeholder statement before parsing and put back after. A cell run by a cell magic (``%%bash``...) is left
-out, except ``%%time``, ``%%timeit`` and ``%%capture``, whose body is Python."""
+out, except ``%%time``, ``%%timeit`` and ``%%capture``, whose body is Python. A code cell that still is not
+Python (shell lines without ``!``, another language, a syntax error) is left out too, as it is, with a finding
+(``XLA001``) that names it; the other cells migrate."""
 
 from __future__ import annotations
 
+import ast
 import bisect
 import re
+import warnings
 from dataclasses import replace
 
 from .diff import unified_diff
+from .records import Finding
 from .patterns import IPYTHON_PLACEHOLDER_COMMENT
 from .tree import mentions_a_trigger
 
-IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]|\?+[\w.]|[\w.]+\?+\s*$)")
+# `%magic`, `!cmd`, `x = !cmd`, `?obj`, `obj?` and wildcard help (`torch.*Tensor?`).
+IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]|\?+[\w.]|[\w.*]+\?+\s*$)")
+CELL_LEFT_OUT = "XLA001"  # the code of the findings that report a code cell left out: it is not Python
 PLACEHOLDER = "pass  " + IPYTHON_PLACEHOLDER_COMMENT + "{}"
 PLACEHOLDER_RE = re.compile(r"^[ \t]*pass  " + re.escape(IPYTHON_PLACEHOLDER_COMMENT) + r"(\d+)$")
 # Between two cells of the joined program; a statement, not a comment, so that the imports the output needs
@@ -45,6 +52,20 @@ def unmask(code: str, saved: list[str]) -> str:
         if match and int(match.group(1)) < len(saved):
             lines[index] = saved[int(match.group(1))]
     return "\n".join(lines)
+
+
+def _syntax_error(masked: str) -> SyntaxError | None:
+    """Why a masked cell is not Python on its own (top-level ``await`` is, as IPython runs it); None if it is."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(masked, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                    dont_inherit=True)
+    except SyntaxError as error:
+        return error
+    except (ValueError, RecursionError, MemoryError):  # a null byte, absurd nesting: the engine says why
+        return None
+    return None
 
 
 def _is_python(nb) -> bool:
@@ -137,6 +158,8 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         return data
     program = _Program()
     sources: dict[int, str] = {}
+    left_out: list[tuple[str, Finding]] = []
+    left_out_sources: list[str] = []
     for number, cell in enumerate(nb.cells, 1):
         if cell.cell_type != "code":
             continue
@@ -148,9 +171,21 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         masked, saved = mask(body)
         if not _has_python(masked):
             continue  # nothing to analyse; and the first code cell, where imports go, is one with code
+        error = _syntax_error(masked)
+        if error is not None:
+            reason = f"{error.msg} at line {error.lineno}" if error.lineno else error.msg
+            left_out.append((f"{task.path}:cell {number}:line {error.lineno or 1}", Finding(
+                error.lineno or 1, error.offset or 1, CELL_LEFT_OUT,
+                f"code cell left as it is: it is not Python ({reason}; shell lines need a leading !)",
+                "migrate any CUDA code in it by hand", cell=number)))
+            left_out_sources.append(source)
+            continue
         program.add(number, masked, saved, source.endswith("\n"))
         sources[number] = source
-    if not program.cells or not any(mentions_a_trigger(s.encode("utf-8")) for s in sources.values()):
+    if not any(mentions_a_trigger(s.encode("utf-8")) for s in [*sources.values(), *left_out_sources]):
+        return data
+    outcome.findings = list(left_out)
+    if not program.cells:
         return data
     result = migrate(program.text, target=options.target, select=options.select, ignore=options.ignore,
                      path=task.path, distributed=options.distributed,
@@ -163,7 +198,8 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
     outcome.target = result.target
     outcome.data_parallel = result.data_parallel
     outcome.changes = [_in_cell(program, task.path, c) for c in result.changes]
-    outcome.findings = [_in_cell(program, task.path, f) for f in result.findings]
+    outcome.findings = sorted([*left_out, *(_in_cell(program, task.path, f) for f in result.findings)],
+                              key=lambda item: (item[1].cell or 0, item[1].line, item[1].column))
     if not result.changed:
         return data
     new_sources = program.split(result.code)

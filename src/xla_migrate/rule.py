@@ -30,6 +30,9 @@ class Rule(BatchableCSTVisitor):
     # Runs on scripts that already run on torch_xla too (``facts.runs_on_xla``): rules that migrate CUDA
     # remnants (``.cuda()``, ``torch.cuda.*``) or only report. The others never migrate XLA code again.
     on_xla_code: ClassVar[bool] = False
+    # Of those, the rules that only report: they also see the CUDA paths that code already on XLA keeps
+    # (ctx.on_live_cuda_path), which the engine hides from the rules that edit.
+    reports_only: ClassVar[bool] = False
 
     def __init__(self, ctx: MigrationContext) -> None:
         super().__init__()
@@ -43,17 +46,21 @@ class Rule(BatchableCSTVisitor):
 
         A written target is never replaced: rules rewrite reads (``os.environ["RANK"]`` -> the ordinal),
         and ``os.environ["LOCAL_RANK"] = ...`` must stay a write, not become ``xr.local_ordinal() = ...``."""
-        if self.ctx.is_write_target(node):
+        if self.ctx.is_write_target(node) or self.ctx.on_live_cuda_path(node):
             return
         factory = new if callable(new) else FixedReplacement(new)
         change = self.ctx.record_change(self.code, node, message)
         self.ctx.edits.replace.setdefault(node, []).append((change, factory))
 
     def insert_before(self, statement: Statement, new: list[cst.BaseStatement], message: str) -> None:
+        if self.ctx.on_live_cuda_path(statement):
+            return
         change = self.ctx.record_change(self.code, statement, message)
         self.ctx.edits.before.setdefault(statement, []).append((change, new))
 
     def insert_after(self, statement: Statement, new: list[cst.BaseStatement], message: str) -> None:
+        if self.ctx.on_live_cuda_path(statement):
+            return
         change = self.ctx.record_change(self.code, statement, message)
         self.ctx.edits.after.setdefault(statement, []).append((change, new))
 
@@ -61,6 +68,8 @@ class Rule(BatchableCSTVisitor):
         """Remove a statement; its leading comments and blank lines move to the next statement. The ``if``
         whose whole body it is goes with it when its test has no side effects (``if ddp: model = DDP(model)``
         leaves no ``if ddp: pass``); the change is then recorded on the ``if``."""
+        if self.ctx.on_live_cuda_path(node):
+            return
         small = node if isinstance(node, cst.BaseSmallStatement) else (
             node.body[0] if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 else None)
         owner = self.ctx.sole_if_around(small) if small is not None else None

@@ -66,7 +66,8 @@ class CudaApisWithoutXlaForm(Rule):
     code = "XLA103"
     name = "cuda-apis-without-xla-form"
     summary = "torch.cuda memory statistics, device queries, tensor types, streams and events: reported"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
+    reports_only = True
 
     def _spelled(self, concept: str, *args: str) -> str:
         """The target's spelling for advice text (adds no import: nothing is rewritten)."""

@@ -19,6 +19,12 @@ What it does:
       folded test (``if True:``), so nothing is re-indented and no comment is lost.
     - ``assert torch.cuda.is_available()`` is removed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
+    - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
+      ``"xla"``: neither backend is XLA's, the choice was the accelerator's.
+
+    In a function that calls a ``torch.cuda`` API that raises without CUDA and that no rule rewrites
+    (``get_rng_state``, ``get_device_properties``, ``current_device``, ``memory_summary``, ``Stream``...),
+    no test is folded: folding would run that call on the XLA host. Each test there is reported instead.
 
     Device expressions that XLA101 or the AMP rules rewrite as a whole (``"cuda" if torch.cuda.is_available()
     else "cpu"``) are left to them.
@@ -49,6 +55,13 @@ from xla_migrate.facts import is_cuda_device_expr
 from xla_migrate.rule import Rule
 
 IS_AVAILABLE = ("torch.cuda.is_available",)
+# torch.cuda calls that raise without a CUDA driver and that no rule rewrites (measured on torch 2.9 with no
+# GPU): a gate folded to True would run them on the XLA host. And set_rng_state: the state it restores
+# comes from get_rng_state, under the same kind of gate.
+RAISE_WITHOUT_CUDA = tuple(f"torch.cuda.{name}" for name in (
+    "get_rng_state", "get_rng_state_all", "get_device_properties", "get_device_capability", "current_device",
+    "memory_summary", "mem_get_info", "Stream", "current_stream", "default_stream", "Event", "stream",
+    "memory_stats", "list_gpu_processes", "utilization", "set_rng_state", "set_rng_state_all"))
 
 
 def _constant(value: bool) -> cst.Name:
@@ -60,6 +73,19 @@ def _bare(node: cst.BaseExpression, like: cst.BaseExpression) -> cst.BaseExpress
     if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or node.lpar:
         return node
     return node.with_changes(lpar=like.lpar, rpar=like.rpar)
+
+
+BACKENDS = ("nccl", "gloo", "mpi")
+
+
+def _backend_choice(node: cst.IfExp) -> bool:
+    """``"gloo" if <cuda test> else "nccl"``: a process-group backend chosen by the CUDA test."""
+    return patterns.string_value(node.body) in BACKENDS and patterns.string_value(node.orelse) in BACKENDS
+
+
+def _quoted(like: cst.BaseExpression, value: str) -> str:
+    quote = "'" if isinstance(like, cst.SimpleString) and like.value.startswith("'") else '"'
+    return f"{quote}{value}{quote}"
 
 
 class CudaGates(Rule):
@@ -75,9 +101,14 @@ class CudaGates(Rule):
         super().__init__(ctx)
         self._gates: list[tuple[cst.BaseExpression, bool]] = []
         self._done: set[cst.CSTNode] = set()
+        # Function (or module) scopes that call a torch.cuda API raising without CUDA: their gates stay.
+        self._held: dict[object, str] = {}
 
     # Finding the tests -------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
+        raising = sorted(self.ctx.qualnames(node.func) & set(RAISE_WITHOUT_CUDA))
+        if raising:
+            self._held.setdefault(self.ctx.function_scope(node), raising[0])
         if self.ctx.is_call_to(node, *IS_AVAILABLE):
             self._gate(node, True)
         elif patterns.method_call(node, "startswith"):
@@ -122,6 +153,14 @@ class CudaGates(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         self._values = dict(self._gates)
         for node, value in self._gates:
+            held = self._held.get(self.ctx.function_scope(node))
+            if held is not None:
+                # Folding would run the CUDA-only call on the XLA host (it raises there); the test stays
+                # False on XLA and the CUDA code behind it is reported (XLA900).
+                self.finding(node, f"CUDA test left as it is: this function calls {held}(), which raises "
+                             "without CUDA; on XLA the test is False", "port the CUDA-only code by hand "
+                             "(xm.get_rng_state(), xm.xla_device_hw(device), ...), then drop the test")
+                continue
             if not self._inside_done(node):
                 self._fold(node, value, node)
 
@@ -158,6 +197,12 @@ class CudaGates(Rule):
                              f"{text} is {value} on XLA: dropped from the condition")
                 return None
             return self._fold(parent, value, gate)
+        if isinstance(parent, cst.IfExp) and parent.test is node and _backend_choice(parent):
+            # `"gloo" if not cuda else "nccl"`: neither is XLA's; the choice was the accelerator's backend.
+            self._done.add(parent)
+            self.replace(parent, _bare(cst.SimpleString(_quoted(parent.body, "xla")), parent),
+                         f"backend chosen by {text} -> \"xla\" (the XLA process group's backend)")
+            return None
         if isinstance(parent, cst.IfExp) and parent.test is node:
             self._done.add(parent)
             self.replace(parent, lambda u: _bare(u.body if value else u.orelse, u),

@@ -52,6 +52,7 @@ class OptimizerBeforeDeviceMove(Rule):
     name = "optimizer-before-device-move"
     summary = "an optimizer built from model.parameters() before the model moves to the device is reported"
     on_xla_code = True  # the same silent failure in code that already runs on XLA
+    reports_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -156,7 +156,9 @@ class SpawnEntryPoint(Rule):
             if arg.star:
                 self.finding(call, f"{short(call)}: unpacked arguments", f"pass them to {_MP_FN} through args=")
                 return False
-            name = arg.value.value if isinstance(arg.value, cst.Name) else (
+            # A name passed on keeps its name; None/True/False are values, not parameters.
+            passes_a_name = isinstance(arg.value, cst.Name) and not keyword.iskeyword(arg.value.value)
+            name = arg.value.value if passes_a_name else (
                 arg.keyword.value if arg.keyword else
                 function.params.params[index].name.value if index < len(function.params.params) else f"arg{index}")
             if name in parameters or name == "index" or keyword.iskeyword(name):  # main(True): not a parameter name

@@ -50,7 +50,8 @@ class ApexUsage(Rule):
     code = "XLA902"
     name = "apex-usage"
     summary = "NVIDIA apex (amp, fused optimizers and norms, apex DDP) is reported with the PyTorch form to use"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
+    reports_only = True
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:

@@ -29,6 +29,7 @@ Use instead:
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import GlobalScope
 
 from xla_migrate import patterns
 from xla_migrate.rule import Rule
@@ -61,7 +62,8 @@ class CudaLeftover(Rule):
     code = "XLA900"
     name = "cuda-leftover"
     summary = "every CUDA construct left in the output (torch.cuda, .cuda(), 'cuda', nccl, cudnn) is reported"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
+    reports_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -214,8 +216,8 @@ class CudaLeftover(Rule):
                 return True
             bindings = [((patterns.dotted_name(alias.name), None), alias.evaluated_alias) for alias in node.names]
         scope = self.ctx.scopes.get(node)
-        if scope is None:
-            return True
+        if not isinstance(scope, GlobalScope):
+            return True  # the engine removes dead imports at module level only: a local one stays
         for key, bound in bindings:
             if key not in self.ctx.maybe_dead_imports:
                 return True

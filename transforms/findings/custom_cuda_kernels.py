@@ -51,7 +51,8 @@ class CustomCudaKernels(Rule):
     code = "XLA901"
     name = "custom-cuda-kernels"
     summary = "custom CUDA kernels (cpp_extension, cupy, triton, numba.cuda, pycuda) are reported, never rewritten"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
+    reports_only = True
 
     def _report(self, node: cst.CSTNode, toolkit: str, what: str) -> None:
         self.finding(node, f"{what}: {TOOLKITS[toolkit]} cannot run on XLA", FIX)

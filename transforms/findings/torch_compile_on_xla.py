@@ -30,7 +30,8 @@ class TorchCompileOnXla(Rule):
     code = "XLA903"
     name = "torch-compile-on-xla"
     summary = "torch.compile with a non-XLA backend is reported (use backend='openxla' or drop it)"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
+    reports_only = True
 
     def _check(self, node: cst.CSTNode, call: cst.Call | None) -> None:
         backend = patterns.keyword(call, "backend") if call is not None else None

@@ -38,6 +38,7 @@ class XlaApiOutsideTarget(Rule):
     name = "xla-api-outside-target"
     summary = "torch_xla APIs the script already calls that the target's torch_xla generation lacks are reported"
     on_xla_code = True  # it only reports
+    reports_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

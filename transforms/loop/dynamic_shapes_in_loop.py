@@ -50,7 +50,8 @@ class DynamicShapesInLoop(Rule):
     code = "XLA312"
     name = "dynamic-shapes-in-loop"
     summary = "training loaders without drop_last, boolean-mask indexing and nonzero() in training loops are reported"
-    on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
+    reports_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -55,6 +55,7 @@ class LazyTensorHostReads(Rule):
     name = "lazy-tensor-host-reads"
     summary = "tensor reads per training step or eval batch that no rule moves (if loss > x, x.cpu()) are reported"
     on_xla_code = True  # reports only: it runs on code already on XLA too
+    reports_only = True
 
     def _report(self, node: cst.CSTNode, region: Region, fix: str, what: str) -> None:
         every = "every step" if region.step.kind == "train" else "every evaluation batch"
