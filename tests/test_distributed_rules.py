@@ -195,5 +195,6 @@ def test_entry_point_for_main_called_with_a_constant():
               '\n\nif __name__ == "__main__":\n    main(True)\n')
     result = migrate(source, target="sagemaker")
     assert result.error is None
-    assert "def _mp_fn(index, arg0):\n" in result.code and "    main(arg0)\n" in result.code
+    # The parameter takes main's own name for it.
+    assert "def _mp_fn(index, distributed):\n" in result.code and "    main(distributed)\n" in result.code
     assert "xmp.spawn(_mp_fn, args=(True,))" in result.code
