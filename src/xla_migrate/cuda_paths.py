@@ -51,13 +51,8 @@ class CudaPaths(cst.CSTVisitor):
     def on_cuda_path(self, node: cst.CSTNode) -> bool:
         """``node`` is on a CUDA path: the innermost gated branch holding it is a CUDA one, or there is none
         and the file tests whether it runs on XLA."""
-        current: cst.CSTNode | None = node
-        while current is not None:
-            path = self._regions.get(current)
-            if path is not None:
-                return path == "cuda"
-            current = self._parent(current)
-        return self.tests_for_xla
+        path = self._innermost_path(node)
+        return path == "cuda" if path is not None else self.tests_for_xla
 
     def path_of_branch(self, node: cst.CSTNode) -> str | None:
         """The path of a gated branch (``node`` is one), else None."""
@@ -65,13 +60,16 @@ class CudaPaths(cst.CSTVisitor):
 
     def under_cuda_gate(self, node: cst.CSTNode) -> bool:
         """The innermost gated branch holding ``node`` is a CUDA one."""
+        return self._innermost_path(node) == "cuda"
+
+    def _innermost_path(self, node: cst.CSTNode) -> str | None:
         current: cst.CSTNode | None = node
         while current is not None:
             path = self._regions.get(current)
             if path is not None:
-                return path == "cuda"
+                return path
             current = self._parent(current)
-        return False
+        return None
 
     # Tests -------------------------------------------------------------------------------------------------
     def paths(self, test: cst.BaseExpression) -> tuple[Path, Path]:
