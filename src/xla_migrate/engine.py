@@ -192,16 +192,18 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
             cuda_paths = ctx.cuda_paths if ctx.facts.runs_on_xla else None
             module.visit(_BatchedRules([rule(ctx) for rule in rules], cuda_paths))
     applied = _applied(ctx, _apply_with_leftovers(ctx))
+    # Module.code renders the whole tree each time it is read: render the output once per version.
+    output = applied.module.code
     if applied.module is not module:
         output_gate = gate.OutputGate(module.code)
-        problem = output_gate.problem(applied.module.code)
-        if problem is not None:
+        if output_gate.problem(output) is not None:
             applied = _withdraw_until_clean(ctx, output_gate)
+            output = applied.module.code
     applied.report_overlaps(ctx)
     _drop_unapplied_derived_changes(ctx)
     return PipelineOutput(
-        code=applied.module.code,
-        output_bytes=applied.module.bytes,
+        code=output,
+        output_bytes=output.encode(applied.module.encoding),  # what Module.bytes would render again
         encoding=applied.module.encoding,
         changes=sorted(ctx.changes),
         findings=sorted(ctx.findings),
