@@ -91,6 +91,50 @@ def test_the_walk_gives_libcsts_events_in_libcsts_order(name, module):
     assert len(own.events) > 100
 
 
+class PlainRecorder(cst.CSTVisitor):
+    """Keeps libcst's own dispatch (``visit_<Node>``/``leave_<Node>``), the walk's fast path: records some
+    node types, and skips the children of calls and of the last lambda's body via a False return."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, str]] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.events.append(("visit", id(node), node.value))
+
+    def leave_Name(self, node: cst.Name) -> None:
+        self.events.append(("leave", id(node), node.value))
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        self.events.append(("visit", id(node), "Call"))
+        return len(node.args) != 1  # one-argument calls: children skipped
+
+    def leave_Call(self, node: cst.Call) -> None:
+        self.events.append(("leave", id(node), "Call"))
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        self.events.append(("visit", id(node), node.attr.value))
+        return True
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.events.append(("leave", id(node), node.name.value))
+
+
+@pytest.mark.parametrize("name,module", list(_modules()), ids=lambda v: v if isinstance(v, str) else "")
+def test_visitors_of_libcsts_own_dispatch_see_the_same_calls(name, module):
+    own, fast = PlainRecorder(), PlainRecorder()
+    module.visit(own)
+    with walk.fast_visits():
+        module.visit(fast)
+    assert fast.events == own.events
+    assert any(kind == "leave" and label == "Call" for kind, _, label in own.events)
+
+
+def test_children_are_libcsts_children():
+    for _, module in _modules():
+        for node in walk.parents(module).values():
+            assert walk.children(node) == list(node.children)
+
+
 def test_child_fields_follow_the_source_of_every_node_type():
     types = {t for t in _subclasses(CSTNode) if "_visit_and_replace_children" in vars(t)}
     assert len(types) > 150

@@ -123,6 +123,7 @@ class MigrationResult:
                 f"target {self.target}{form}, output runs on {self.runs_on}>")
 
 
+@engine.cyclic_gc_paused
 def migrate(
     source: str | bytes,
     target: str = DEFAULT_TARGET,

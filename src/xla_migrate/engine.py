@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import codecs
 import functools
+import gc
 import io
 import re
 import tokenize
@@ -38,6 +39,23 @@ class PipelineOutput:
     concepts: set[str]
     # The script was migrated as a distributed one (the data-parallel form applied to it).
     distributed: bool = False
+
+
+def cyclic_gc_paused(function):
+    """``function`` runs with Python's cyclic garbage collector paused (turned back on after it, when it
+    was on). A migration allocates millions of objects that live until it ends (the tree, its metadata,
+    the edits); each collection meanwhile scans them all, which was 45% of the time on a 1 MB script.
+    Reference counting still frees what is dropped at once; cycles wait for the next collection."""
+    @functools.wraps(function)
+    def paused(*args, **kwargs):
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+    return paused
 
 
 def check_input(data: bytes) -> InputError | str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from . import walk
 from .patterns import is_docstring, is_import_line, is_ipython_placeholder, merge_carried_lines
 
 
@@ -61,7 +62,7 @@ def _bound_in_time(module: cst.Module, item: tuple[str, str | None], binding: cs
                 or (isinstance(statement, cst.SimpleStatementLine) and _has_no_call(statement))):
             return False
         reads = _ModuleLevelReads()
-        statement.visit(reads)
+        walk.walk(statement, reads)
         if name in reads.names or reads.calls:
             return False
     return True
@@ -69,7 +70,7 @@ def _bound_in_time(module: cst.Module, item: tuple[str, str | None], binding: cs
 
 def _has_no_call(statement: cst.CSTNode) -> bool:
     reads = _ModuleLevelReads()
-    statement.visit(reads)
+    walk.walk(statement, reads)
     return not reads.calls
 
 
@@ -85,11 +86,11 @@ class _ModuleLevelReads(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         for part in (*node.decorators, node.params, node.returns):
             if part is not None:
-                part.visit(self)
+                walk.walk(part, self)
         return False
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
-        node.params.visit(self)
+        walk.walk(node.params, self)
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
@@ -114,7 +115,7 @@ def remove_dead_imports(module: cst.Module, candidates: set[tuple[str, str | Non
     if not candidates:
         return module
     uses = _Uses()
-    module.visit(uses)
+    walk.walk(module, uses)  # read-only: no rebuilt copy of the tree
     body: list[cst.BaseStatement] = []
     carried: list[cst.EmptyLine] = []
     changed = False
@@ -159,7 +160,7 @@ class _Uses(cst.CSTVisitor):
         chain = get_full_name_for_node(node)
         if chain:
             self.chains.add(chain)
-        node.value.visit(self)  # `a.cuda` reads `a`, not a name `cuda`
+        walk.walk(node.value, self)  # `a.cuda` reads `a`, not a name `cuda`
         return False
 
     def reads_chain(self, dotted: str) -> bool:

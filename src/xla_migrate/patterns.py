@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from . import walk
+
 
 def string_value(node: cst.BaseExpression) -> str | None:
     """The value of a plain (non-f, non-bytes) string literal, else None."""
@@ -95,7 +97,7 @@ def find_all(tree: cst.CSTNode, predicate) -> list[cst.CSTNode]:
         node = stack.pop()
         if predicate(node):
             found.append(node)
-        stack.extend(reversed(node.children))
+        stack.extend(reversed(walk.children(node)))
     return found
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import GlobalScope
 
-from xla_migrate import patterns
+from xla_migrate import patterns, walk
 from xla_migrate.rule import Rule
 from xla_migrate.targets import MODULE_PLACEHOLDERS
 
@@ -54,7 +54,7 @@ def _contains(tree: cst.CSTNode | cst.FlattenSentinel, target: cst.CSTNode) -> b
         node = stack.pop()
         if node is target:
             return True
-        stack.extend(node.children)
+        stack.extend(walk.children(node))
     return False
 
 
