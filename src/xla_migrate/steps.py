@@ -1554,22 +1554,26 @@ def _assigned_in(ctx: MigrationContext, name: cst.Name, region: cst.CSTNode | No
 
 def _loaded_names(node: cst.CSTNode) -> list[cst.Name]:
     """Names the expression reads (not attribute names, keywords, or a nested lambda's own parameters)."""
-    found: list[cst.Name] = []
+    finder = _LoadedNames()
+    node.visit(finder)
+    return finder.found
 
-    class Finder(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
 
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
-            return False
+class _LoadedNames(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[cst.Name] = []
 
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
 
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node)
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
 
-    node.visit(Finder())
-    return found
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found.append(node)

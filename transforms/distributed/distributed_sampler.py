@@ -149,18 +149,9 @@ class DistributedSampler(Rule):
         scope = ctx.function_scope(node)
         owner = getattr(scope, "node", None)
         start = ctx.position(node)
-        found: list[cst.For] = []
-
-        class Finder(cst.CSTVisitor):
-            def visit_For(self, loop: cst.For) -> None:
-                if (isinstance(loop.target, cst.Name) and "epoch" in loop.target.value and not found
-                        and ctx.position(loop) > start and isinstance(loop.body, cst.IndentedBlock)):
-                    found.append(loop)
-
-            def visit_FunctionDef(self, function: cst.FunctionDef) -> bool:
-                return function is owner
-
-        (owner if owner is not None else ctx.module).visit(Finder())
+        finder = _EpochLoop(ctx, owner, start)
+        (owner if owner is not None else ctx.module).visit(finder)
+        found = finder.found
         if not found:
             self.finding(node, f"{sampler} is never told the epoch: every epoch repeats the first one's order",
                          f"call {sampler}.set_epoch(epoch) at the start of each epoch")
@@ -185,3 +176,21 @@ def _joined(args: list[cst.Arg]) -> list[cst.Arg]:
     comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     out = [a.with_changes(comma=comma) for a in args]
     return patterns.without_trailing_comma(out)
+
+
+class _EpochLoop(cst.CSTVisitor):
+    """The first ``for <...epoch...> in ...:`` loop with a block body after ``start``, in ``owner`` (a function,
+    None: the module) and not in functions nested in it."""
+
+    def __init__(self, ctx, owner: cst.FunctionDef | None, start: tuple[int, int]) -> None:
+        super().__init__()
+        self.ctx, self.owner, self.start = ctx, owner, start
+        self.found: list[cst.For] = []
+
+    def visit_For(self, loop: cst.For) -> None:
+        if (isinstance(loop.target, cst.Name) and "epoch" in loop.target.value and not self.found
+                and self.ctx.position(loop) > self.start and isinstance(loop.body, cst.IndentedBlock)):
+            self.found.append(loop)
+
+    def visit_FunctionDef(self, function: cst.FunctionDef) -> bool:
+        return function is self.owner

@@ -69,14 +69,17 @@ class HfDataloaderWorkers(Rule):
 
 def _assigns_workers(module: cst.Module) -> bool:
     """The script sets ``<args>.dataloader_num_workers = ...`` somewhere."""
-    found = False
+    finder = _WorkersAssignment()
+    module.visit(finder)
+    return finder.found
 
-    class Finder(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            nonlocal found
-            for target in node.targets:
-                if isinstance(target.target, cst.Attribute) and target.target.attr.value == "dataloader_num_workers":
-                    found = True
 
-    module.visit(Finder())
-    return found
+class _WorkersAssignment(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Attribute) and target.target.attr.value == "dataloader_num_workers":
+                self.found = True
