@@ -172,13 +172,6 @@ class _BatchedRules(cst.CSTVisitor):
         for method in (self._report_leaves if on_cuda_path else self._leaves).get(type(original_node).__name__, ()):
             method(original_node)
 
-    # No rule uses libcst's per-attribute hooks; the default ones cost two lookups per child of every node.
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
-
 
 @functools.lru_cache(maxsize=None)
 def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:

@@ -160,13 +160,6 @@ class FactsCollector(cst.CSTVisitor):
         self._function_depth = 0
         self._classes: list[cst.ClassDef] = []
 
-    # The per-attribute hooks are unused; the default ones cost two lookups per child of every node.
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
-
     # Imports ---------------------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:

@@ -234,12 +234,6 @@ class _Collector(cst.CSTVisitor):
         self.instances: dict[tuple[Function, str], str] = {}
         self.self_instances: dict[tuple[str, str], str] = {}
 
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
-
     @property
     def _function(self) -> Function:
         return self._function_stack[-1]
@@ -1075,13 +1069,6 @@ class _Mentions(cst.CSTVisitor):
         super().__init__()
         self.names = names
         self.found: list[cst.CSTNode] = []
-
-    # The per-attribute hooks are unused; the default ones cost two lookups per child of every node.
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         if patterns.dotted_name(node) in self.names:

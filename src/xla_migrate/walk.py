@@ -9,7 +9,9 @@ rules' traversal each rebuilt the whole module.
 ``fast_visits()`` makes ``CSTNode.visit`` walk the same children in the same order with the same hooks
 (``on_visit``, ``on_visit_attribute``, ``on_leave_attribute``, ``on_leave``; children skipped when
 ``on_visit`` says so) and return the node itself, as libcst does for a visitor. Transformers keep libcst's
-own path. The child fields of each node type, in visiting order, are read once from its
+own path. A visitor that keeps libcst's ``on_visit``/``on_leave`` and no attribute hook (most) gets its
+``visit_<Node>``/``leave_<Node>`` looked up once per node type; the attribute hooks are called only for a
+visitor that defines them (so defining no-op ones, an old speed trick for libcst's path, now costs). The child fields of each node type, in visiting order, are read once from its
 ``_visit_and_replace_children`` (every child is visited there as ``visit_<kind>(self, "<field>", ...)``).
 """
 
