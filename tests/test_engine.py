@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 import pytest
 
@@ -219,3 +221,45 @@ def test_migrate_pauses_the_cyclic_collector_and_restores_it(monkeypatch):
         assert seen == [False, False] and not gc.isenabled()
     finally:
         gc.enable()
+
+
+_TORCH_BINDINGS = [
+    "import torch\nfrom torch import cuda as c\nimport torch.cuda.amp\nimport torch.nn as nn\n"
+    "def f(torch):\n    return torch.cuda.Stream(), c.Event(), nn.Linear\nx = torch.cuda.FloatTensor\n",
+    "def torch():\n    cuda = 1\n    return cuda\nclass K:\n    torch = 2\ntorch.cuda.synchronize()\n",
+    "class torch:\n    class cuda:\n        Stream = 1\n    x = cuda.Stream\ntorch.cuda.Stream\n",
+    "torch = object()\ntorch.cuda.memory_allocated()\n[torch.cuda for torch in range(3)]\n",
+    "def g():\n    import torch.cuda as tc\n    from torch.cuda import amp\n    return tc.Stream, amp.autocast\n"
+    "tc = 3\ntc.Stream\n(1).real\n'x'.join([])\nx[0].cuda()\n",
+    "from . import torch\nfrom .torch import cuda\ntorch.cuda\ncuda.Stream\nfrom torch.cuda import *\nStream()\n",
+]
+
+
+@pytest.mark.parametrize("source", [*_TORCH_BINDINGS, *(
+    p.read_bytes() for p in sorted(
+        (Path(__file__).resolve().parent.parent / "fixtures" / "realistic").glob("*.py")))])
+def test_torch_names_are_the_qualified_names_in_torch_for_every_node(source):
+    """ctx.torch_names skips the scopes for nodes whose root no import binds: it must still give exactly the
+    torch part of what the scopes give, for every node, however ``torch`` is bound."""
+    from libcst.metadata import MetadataWrapper
+
+    from xla_migrate import walk
+    from xla_migrate.context import MigrationContext
+
+    module = cst.parse_module(source)
+    ctx = MigrationContext(MetadataWrapper(module, unsafe_skip_copy=True), get_target("2.9"))
+    nodes = list(walk.parents(module))
+    in_torch = 0
+    for node in nodes:
+        expected = {n for n in ctx.qualnames(node) if n == "torch" or n.startswith("torch.")}
+        assert ctx.torch_names(node) == expected, (type(node).__name__, patterns_code(node))
+        in_torch += bool(expected)
+    assert len(nodes) > 20
+    if source in _TORCH_BINDINGS[:5]:
+        assert in_torch  # the cases where something does resolve into torch
+
+
+def patterns_code(node):
+    from xla_migrate.patterns import code_of
+
+    return code_of(node)

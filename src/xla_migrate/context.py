@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider, Scope, ScopeProvider
-from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope
+from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope, ImportAssignment
 
 from . import patterns, walk
 from .cuda_paths import CudaPaths, collect_cuda_paths
@@ -25,6 +25,24 @@ from .targets import MODULE_PLACEHOLDERS, Target
 _BUILTIN_NAMES = frozenset(dir(builtins))
 NodeFactory = Callable[[cst.CSTNode], cst.CSTNode]
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+
+
+def _root_name(node: cst.CSTNode) -> str | None:
+    """The first name of the dotted name libcst resolves for ``node`` (through attributes, calls and
+    subscripts, as ``get_full_name_for_node`` does); None when it has none."""
+    while True:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, (cst.Attribute, cst.Subscript)):
+            node = node.value
+        elif isinstance(node, cst.Call):
+            node = node.func
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            node = node.name
+        elif isinstance(node, cst.Decorator):
+            node = node.decorator
+        else:
+            return None
 
 
 class FixedReplacement:
@@ -133,6 +151,7 @@ class MigrationContext:
         # Module -> the name new code uses for it (see local_name).
         self._module_names: dict[str, str] = {}
         self._scopes_list: list[Scope] | None = None
+        self._torch_bound_locally: bool | None = None
         self._cuda_paths: CudaPaths | None = None
 
     def set_rule_codes(self, codes: frozenset[str]) -> None:
@@ -164,6 +183,25 @@ class MigrationContext:
             names = {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
             self._qualnames[node] = names
         return set(names)
+
+    def torch_names(self, node: cst.CSTNode) -> set[str]:
+        """The qualified names of ``node`` in torch (``torch`` or ``torch.*``): ``qualnames`` filtered, without
+        asking the scopes where none can be. A qualified name comes from an import binding the root of the
+        node's dotted name, or is a local one: the binding's own dotted name under its scope's prefix
+        (``f.<locals>.x``), in torch only for a root ``torch`` or a module-level non-import binding of
+        ``torch`` (``def torch``). The rules that look for torch.cuda in every name and attribute ask this."""
+        root = _root_name(node)
+        if root is None or not (root == "torch" or root in self.facts.import_bound_names
+                                or self._binds_torch_locally()):
+            return set()
+        return {name for name in self.qualnames(node) if name == "torch" or name.startswith("torch.")}
+
+    def _binds_torch_locally(self) -> bool:
+        if self._torch_bound_locally is None:
+            scope = self.scopes.get(self.module)
+            self._torch_bound_locally = scope is not None and any(
+                not isinstance(assignment, ImportAssignment) for assignment in scope.assignments["torch"])
+        return self._torch_bound_locally
 
     def is_call_to(self, node: cst.CSTNode, *names: str) -> bool:
         return isinstance(node, cst.Call) and bool(self.qualnames(node.func) & set(names))

@@ -95,6 +95,9 @@ class Facts:
     module_imports: dict[str, list[tuple[str, cst.CSTNode]]] = field(default_factory=dict)
     # Every name bound at module level (new names must not collide with them).
     global_names: set[str] = field(default_factory=set)
+    # Every local name an absolute import binds, at any level (``import a.b`` binds ``a``): the only roots
+    # through which a name resolves to a module (ctx.torch_names).
+    import_bound_names: set[str] = field(default_factory=set)
     # Names that hold a device, per scope (assigned from a device expression, or a parameter named device).
     device_names: dict[Scope, set[str]] = field(default_factory=dict)
     # The bindings that make those names hold a device: assignment targets (Name nodes) and parameters.
@@ -181,6 +184,7 @@ class FactsCollector(cst.CSTVisitor):
             self._import(f"{base}.{alias.evaluated_name}", local, node)
 
     def _import(self, module: str, local: str, node: cst.CSTNode) -> None:
+        self.facts.import_bound_names.add(local)
         self.facts.module_aliases.setdefault(module, local)
         if isinstance(self._scopes.get(node), GlobalScope):
             self.facts.module_imports.setdefault(module, []).append((local, node))

@@ -200,7 +200,7 @@ class CudaAutocastToXla(Rule):
             return
         if isinstance(parent, (cst.ImportAlias, cst.Attribute)):
             return
-        names = self.ctx.qualnames(node)
+        names = self.ctx.torch_names(node)
         if names & {*CUDA_AMP_AUTOCASTS, *DEVICE_AUTOCASTS}:
             self.finding(node, f"{short(node)} used as a value: it is not rewritten",
                          f"make it the target's autocast ({self._spelled_preview()}) by hand")

@@ -106,13 +106,13 @@ class CudaApisWithoutXlaForm(Rule):
         parent = self.ctx.parent(node)
         # Report the whole construct once: `torch.cuda.nvtx.range_push`, not also `torch.cuda.nvtx`.
         if isinstance(parent, cst.Attribute) and parent.value is node:
-            if any(_api(n) for n in self.ctx.qualnames(parent)):
+            if any(_api(n) for n in self.ctx.torch_names(parent)):
                 return
-        kinds = sorted({k for n in self.ctx.qualnames(node) if (k := _api(n))})
+        kinds = sorted({k for n in self.ctx.torch_names(node) if (k := _api(n))})
         if not kinds:
             return
         message, fix = self._advice(kinds[0])
-        name = next(n for n in sorted(self.ctx.qualnames(node)) if _api(n))
+        name = next(n for n in sorted(self.ctx.torch_names(node)) if _api(n))
         self.finding(node, f"{message}: {name}", fix)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:

@@ -58,7 +58,7 @@ class LegacyCudaTensorTypes(Rule):
 
     def _legacy_type(self, node: cst.BaseExpression) -> str | None:
         """The legacy type name a CUDA type expression, or a name bound to one, stands for."""
-        for name in self.ctx.qualnames(node):
+        for name in self.ctx.torch_names(node):
             module, _, type_name = name.rpartition(".")
             if module == "torch.cuda" and type_name in DTYPES:
                 return type_name
@@ -72,7 +72,7 @@ class LegacyCudaTensorTypes(Rule):
         value = node.value
         branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
         cuda_types = {t for t in map(self._legacy_type, branches) if t is not None}
-        cpu_types = {name.rpartition(".")[2] for b in branches for name in self.ctx.qualnames(b)
+        cpu_types = {name.rpartition(".")[2] for b in branches for name in self.ctx.torch_names(b)
                      if name.rpartition(".")[0] == "torch"}
         if spelling is not None and len(cuda_types) == 1 and cpu_types <= cuda_types:
             self._aliases[spelling] = cuda_types.pop()
@@ -89,7 +89,7 @@ class LegacyCudaTensorTypes(Rule):
             self._reference(node)
 
     def _reference(self, node: cst.BaseExpression) -> None:
-        if any(n.rpartition(".")[0] == "torch.cuda" and n.rpartition(".")[2] in DTYPES for n in self.ctx.qualnames(node)):
+        if any(n.rpartition(".")[0] == "torch.cuda" and n.rpartition(".")[2] in DTYPES for n in self.ctx.torch_names(node)):
             self._references.append(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:

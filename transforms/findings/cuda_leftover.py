@@ -84,7 +84,7 @@ class CudaLeftover(Rule):
         if isinstance(parent, cst.Attribute) and parent.attr is node:
             return
         own = node.attr.value if isinstance(node, cst.Attribute) else node.value
-        qualname = _cuda_qualname(self.ctx.qualnames(node))
+        qualname = _cuda_qualname(self.ctx.torch_names(node))
         if qualname is None and own not in CUDA_NAMES and not self._has_cuda_part(node):
             return
         self._chain.add(node)
