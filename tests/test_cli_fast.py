@@ -137,8 +137,9 @@ def test_fast_path_runs_as_typer_does(argv, tmp_path):
 
 
 def test_plain_run_imports_no_unused_library(tmp_path):
-    """typer (and pydantic under it), rich, unidiff, nbformat, the verifier and the notebook support wait
-    for a run that uses them."""
+    """typer (and pydantic under it), rich, unidiff, nbformat, the verifier, the notebook support, the tree
+    summary, the excludes' pathspec, importlib.metadata (torch_xla is not installed here) and difflib (no
+    diff asked for) wait for a run that uses them."""
     (tmp_path / "train.py").write_text(CUDA_SCRIPT)
     probe = ("import json, sys; sys.argv = ['xla-migrate', 'train.py', '--out', 'train_xla.py']\n"
              "from xla_migrate.__main__ import main\n"
@@ -149,7 +150,8 @@ def test_plain_run_imports_no_unused_library(tmp_path):
     assert code == 0, done.stderr
     assert (tmp_path / "train_xla.py").read_text() != CUDA_SCRIPT and "libcst" in modules
     unused = {"typer", "click", "pydantic", "rich", "unidiff", "nbformat", "xla_migrate.cli_typer",
-              "xla_migrate.verify", "xla_migrate.notebooks", "xla_migrate.workers"}
+              "xla_migrate.verify", "xla_migrate.notebooks", "xla_migrate.workers", "xla_migrate.summary",
+              "pathspec", "importlib.metadata", "email", "difflib"}
     assert not unused & {name for module in modules for name in (module, module.split(".")[0])}
 
 
@@ -165,3 +167,57 @@ def test_handled_node_types_are_those_dir_lists():
         for prefix in ("visit_", "leave_"):
             assert engine._handled_node_types(rule, prefix) == _handled_by_dir(rule, prefix), (rule, prefix)
     assert any(engine._handled_node_types(rule, "leave_") for rule in all_rules())
+
+
+def _dist_info(folder, name: str, version: str) -> None:
+    info = folder / name
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch_xla\nVersion: {version}\n")
+
+
+@pytest.mark.parametrize("name", ["torch_xla-9.1.dist-info", "Torch_XLA-9.1.dist-info", "torch-xla-9.1.dist-info",
+                                  "torch.xla-9.1.egg-info"])
+def test_installed_torch_xla_is_what_importlib_metadata_finds(name, tmp_path, monkeypatch):
+    from importlib import metadata
+
+    assert not cli._may_have_torch_xla() and cli._installed_torch_xla() is None  # none in the test envs
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.version("torch_xla")
+    _dist_info(tmp_path / "site", name, "9.1")
+    (tmp_path / "site" / "torch_xlb-1.0.dist-info").mkdir()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path / "site")])
+    try:
+        found = metadata.version("torch_xla")
+    except metadata.PackageNotFoundError:
+        found = None  # torch-xla-9.1.dist-info: a distribution named "torch"
+    assert found == (None if name.startswith("torch-xla") else "9.1")
+    assert cli._may_have_torch_xla() and cli._installed_torch_xla() == found
+
+
+def test_installed_torch_xla_asks_importlib_metadata_for_what_it_cannot_list(tmp_path, monkeypatch):
+    archive = tmp_path / "packages.zip"
+    archive.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip archive
+    monkeypatch.setattr(sys, "path", [*sys.path, str(archive)])
+    assert cli._may_have_torch_xla()
+    monkeypatch.setattr(sys, "path", sys.path[:-1])
+
+    class Finder:
+        @staticmethod
+        def find_distributions(context=None):
+            return iter(())
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder])
+    assert cli._may_have_torch_xla()
+
+
+def test_a_bad_exclude_pattern_fails_a_single_file_run_as_before(tmp_path):
+    """The excludes are compiled when first used, except the user's, compiled at once: a bad one stops a
+    single-file run, which does not use them, as it always did."""
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    for option in ("--exclude", "--extend-exclude"):
+        done = run_cli("train.py", "--out", "o.py", option, "!", cwd=tmp_path)
+        assert done.returncode == 2 and b"Invalid git pattern: '!'" in done.stderr
+        assert not (tmp_path / "o.py").exists()
+    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\nextend-exclude = ["!"]\n')
+    done = run_cli("train.py", "--out", "o.py", cwd=tmp_path)
+    assert done.returncode == 2 and b"Invalid git pattern: '!'" in done.stderr

@@ -119,12 +119,42 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _installed_torch_xla() -> Optional[str]:
+    if not _may_have_torch_xla():
+        return None
     from importlib import metadata
 
     try:
         return metadata.version("torch_xla")
     except metadata.PackageNotFoundError:
         return None
+
+
+def _may_have_torch_xla() -> bool:
+    """False only where ``importlib.metadata`` cannot find torch_xla (importing it costs more than the
+    search): no finder but the standard one, and no folder on sys.path holds a name that could be
+    torch_xla's metadata (compared without case and separators, a superset of the names it matches)."""
+    import importlib.machinery
+
+    if any(hasattr(finder, "find_distributions") and finder is not importlib.machinery.PathFinder
+           for finder in sys.meta_path):
+        return True
+    for entry in sys.path:
+        folder = entry or "."
+        if not os.path.isdir(folder):
+            if os.path.exists(folder):  # a zip archive
+                return True
+            continue
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return True
+        for name in [os.path.basename(entry), *names]:
+            if name.lower().translate(_SEPARATORS).startswith("torchxla"):
+                return True
+    return False
+
+
+_SEPARATORS = str.maketrans("", "", "-_.")
 
 
 def _machine_report(results: list[MigrationResult]) -> bool:
@@ -300,7 +330,10 @@ def _ignorer(settings, use_gitignore: bool):
     else:
         excludes = [(None, list(DEFAULT_EXCLUDE))]
     excludes += [(settings.config_dir, settings.extend_exclude), (None, settings.cli_extend_exclude)]
-    return Ignorer(use_gitignore, excludes)
+    ignorer = Ignorer(use_gitignore, excludes)
+    if settings.cli_exclude is not None or settings.exclude is not None or any(lines for _, lines in excludes[1:]):
+        ignorer.excludes  # the user's patterns compile now, so that a bad one fails here whatever the run
+    return ignorer
 
 
 def _settings(inputs, config_path, target, select, ignore, exclude, extend_exclude):
@@ -354,10 +387,17 @@ def _validate_rules(target: str, select: list[str], ignore: list[str], data_para
         raise UsageError(f"unknown rule code or prefix: {', '.join(unknown)} (see --list-rules)")
 
 
-def _project_root(settings, inputs, explicit):
-    from .summary import find_project_root
-
-    return find_project_root(settings, [i for i in inputs if i != "-"], explicit)
+def _project_root(settings, inputs: list[str], explicit: str | None) -> str | None:
+    """The project's root: ``--project ROOT``; else the folder of the configuration the run read (found
+    as pre-commit's file-by-file runs find it); else the one folder a tree run was given."""
+    inputs = [i for i in inputs if i != "-"]
+    if explicit is not None:
+        return os.path.abspath(explicit)
+    if settings.config_dir is not None:
+        return str(settings.config_dir)
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):
+        return os.path.abspath(inputs[0])
+    return None
 
 
 def _single_file_index(path, root, ignorer):
