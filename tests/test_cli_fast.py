@@ -221,3 +221,37 @@ def test_a_bad_exclude_pattern_fails_a_single_file_run_as_before(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\nextend-exclude = ["!"]\n')
     done = run_cli("train.py", "--out", "o.py", cwd=tmp_path)
     assert done.returncode == 2 and b"Invalid git pattern: '!'" in done.stderr
+
+
+def _uses_attribute_hooks_by_dir(visitor_type: type) -> bool:
+    """The definition walk._uses_attribute_hooks replaced: every name dir() lists."""
+    if (visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
+            or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute):
+        return True
+    for name in dir(visitor_type):
+        prefix, _, rest = name.partition("_")
+        if prefix in ("visit", "leave") and "_" in rest and getattr(visitor_type, name) is not getattr(
+                cst.CSTVisitor, name, None):
+            return True
+    return False
+
+
+def test_attribute_hooks_are_found_as_dir_finds_them():
+    from xla_migrate import context, steps, walk  # noqa: F401 - their visitors are among those checked
+
+    class Hooked(cst.CSTVisitor):
+        def visit_Call_func(self, node) -> None:
+            pass
+
+    class Inherits(Hooked):
+        pass
+
+    visitors, pending = set(), [cst.CSTVisitor]
+    while pending:
+        for subclass in pending.pop().__subclasses__():
+            visitors.add(subclass)
+            pending.append(subclass)
+    assert {Hooked, Inherits} <= visitors and len(visitors) > 10
+    for visitor in visitors:
+        assert walk._uses_attribute_hooks(visitor) == _uses_attribute_hooks_by_dir(visitor), visitor
+    assert walk._uses_attribute_hooks(Inherits) and not walk._uses_attribute_hooks(cst.CSTVisitor)
