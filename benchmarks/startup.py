@@ -13,7 +13,9 @@ changes least), twice: with the environment as it is (where PYTHONDONTWRITEBYTEC
 every module of xla-migrate on every run) and with a bytecode cache (PYTHONPYCACHEPREFIX in a temporary
 folder, filled by a first run: what an installed package has). Then, per script, the ``python -X importtime``
 entries of one small-file run (with the bytecode cache) that cost the most themselves, their total, and
-which of the libraries a plain run does not need were imported. Figures depend on the machine and its load (printed); they are never asserted in tests.
+which of the libraries a plain run does not need were imported; and the phases of one run in one process
+(libcst's import, xla-migrate's modules, the rules, the run, the same run again; the rules are imported
+through importlib, which importtime does not see). Figures depend on the machine and its load (printed); they are never asserted in tests.
 """
 
 from __future__ import annotations
@@ -72,6 +74,36 @@ def import_times(cli: Path, cwd: Path, env: dict, top: int) -> None:
           f"email: {', '.join(heavy) or 'none'}")
 
 
+# One plain run's phases in one process, timed with perf_counter (the rules are imported through importlib,
+# which -X importtime does not see).
+PHASES = """
+import sys, time
+marks = [time.perf_counter()]
+import libcst, libcst.metadata
+marks.append(time.perf_counter())
+from xla_migrate import cli, engine
+marks.append(time.perf_counter())
+from xla_migrate.registry import all_rules
+all_rules()
+marks.append(time.perf_counter())
+for _ in range(2):
+    sys.argv = ["xla-migrate", *sys.argv[1:]] if _ == 0 else sys.argv
+    try:
+        cli.run()
+    except SystemExit:
+        pass
+    marks.append(time.perf_counter())
+names = ["libcst", "xla_migrate's modules", "the rules", "the run", "the same run again"]
+print(", ".join(f"{name} {1000 * (b - a):.0f} ms" for name, a, b in zip(names, marks, marks[1:])))
+"""
+
+
+def phases(cli: Path, cwd: Path, env: dict) -> str:
+    done = subprocess.run([str(cli.with_name("python")), "-c", PHASES, *RUN], cwd=cwd, env=env,
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cli", action="append", type=Path,
@@ -97,6 +129,8 @@ def main() -> None:
             for (cli, what), times in best.items():
                 print(f"  {what:<10} wall {min(t[0] for t in times):.3f} s  cpu {min(t[1] for t in times):.3f} s"
                       f"  {cli}")
+            for cli, env in zip(clis, envs):
+                print(f"  phases in one process: {phases(cli, temp, env[label])}  {cli}")
         for cli, env in zip(clis, envs) if options.imports else ():
             import_times(cli, temp, env["bytecode cache"], options.imports)
     print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

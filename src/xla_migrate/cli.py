@@ -1,6 +1,8 @@
 """The command line, ``xla-migrate [OPTIONS] PATH...``. stdout carries one thing: the code, the diff or the
 JSON report; the text report and errors go to stderr. Subcommands (``xla-migrate rule CODE``) are
-dispatched in ``__main__.py`` before this command parses anything, so paths stay positional.
+dispatched in ``__main__.py`` before this command parses anything, so paths stay positional. The options
+are declared for typer in ``cli_typer.py``; ``run`` parses the common command lines itself (see the fast path
+below), so a plain run imports no typer.
 
 Exit codes: 0 success, 1 changes found under --check, 2 usage or input error (nothing written), 130
 interrupted (Ctrl-C: finished files are kept, the rest are listed).
