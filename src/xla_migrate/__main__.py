@@ -13,7 +13,7 @@ import sys
 
 # name -> "module:typer app"; each app gets the arguments after its name.
 SUBCOMMANDS = {
-    "rule": "xla_migrate.cli:rule_app",
+    "rule": "xla_migrate.cli_typer:rule_app",
     "verify": "xla_migrate.verify_cli:app",
 }
 

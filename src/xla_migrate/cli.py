@@ -1,6 +1,8 @@
 """The command line, ``xla-migrate [OPTIONS] PATH...``. stdout carries one thing: the code, the diff or the
 JSON report; the text report and errors go to stderr. Subcommands (``xla-migrate rule CODE``) are
-dispatched in ``__main__.py`` before this command parses anything, so paths stay positional.
+dispatched in ``__main__.py`` before this command parses anything, so paths stay positional. The options
+are declared for typer in ``cli_typer.py``; ``run`` parses the common command lines itself (see the fast path
+below), so a plain run imports no typer.
 
 Exit codes: 0 success, 1 changes found under --check, 2 usage or input error (nothing written), 130
 interrupted (Ctrl-C: finished files are kept, the rest are listed).
@@ -8,27 +10,21 @@ interrupted (Ctrl-C: finished files are kept, the rest are listed).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
-
 from . import __version__, report
 from .api import MigrationResult, migrate
 from .files import write_atomically
-from .targets import DEFAULT_TARGET, TARGETS
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 FORMATS = ("text", "json", "github")
 # How this run reports: --format, --report, -q (0: all, 1: no summary line, 2: errors only) and
 # --statistics (set once per command).
 _OUTPUT: dict = {"format": "text", "report": None, "quiet": 0, "statistics": False, "project": None}
-
-app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
-                  context_settings={"help_option_names": ["-h", "--help"]})
-
 
 class UsageError(Exception):
     """A one-line problem with the command line or the input: reported, exit 2, nothing written."""
@@ -125,12 +121,42 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _installed_torch_xla() -> Optional[str]:
+    if not _may_have_torch_xla():
+        return None
     from importlib import metadata
 
     try:
         return metadata.version("torch_xla")
     except metadata.PackageNotFoundError:
         return None
+
+
+def _may_have_torch_xla() -> bool:
+    """False only where ``importlib.metadata`` cannot find torch_xla (importing it costs more than the
+    search): no finder but the standard one, and no folder on sys.path holds a name that could be
+    torch_xla's metadata (compared without case and separators, a superset of the names it matches)."""
+    import importlib.machinery
+
+    if any(hasattr(finder, "find_distributions") and finder is not importlib.machinery.PathFinder
+           for finder in sys.meta_path):
+        return True
+    for entry in sys.path:
+        folder = entry or "."
+        if not os.path.isdir(folder):
+            if os.path.exists(folder):  # a zip archive
+                return True
+            continue
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return True
+        for name in [os.path.basename(entry), *names]:
+            if name.lower().translate(_SEPARATORS).startswith("torchxla"):
+                return True
+    return False
+
+
+_SEPARATORS = str.maketrans("", "", "-_.")
 
 
 def _machine_report(results: list[MigrationResult]) -> bool:
@@ -190,42 +216,15 @@ stdin. Other commands: 'xla-migrate rule CODE' prints a rule's documentation; 'x
 migrated script on torch_xla and checks it (see 'xla-migrate verify --help')."""
 
 
-@app.command(help=HELP)
-def command(
-    paths: Optional[list[str]] = typer.Argument(None, metavar="PATH", show_default=False, hidden=True),
-    in_path: Optional[list[str]] = typer.Option(None, "--in", metavar="PATH", help="A PATH given as an option (repeatable; the same as listing it)."),
-    out: Optional[str] = typer.Option(None, "--out", metavar="PATH", help="Where to write the migrated script ('-' for stdout), or the folder that mirrors an input folder."),
-    in_place: bool = typer.Option(False, "--in-place", help="Rewrite the input files themselves (only those that change)."),
-    diff: bool = typer.Option(False, "--diff", help="Dry run: print the unified diff on stdout, write nothing."),
-    diff_file: Optional[str] = typer.Option(None, "--diff-file", metavar="PATH", help="Also write the unified diff to PATH."),
-    check: bool = typer.Option(False, "--check", help="Exit 1 if anything would change; write nothing."),
-    target: Optional[str] = typer.Option(None, "--target", metavar="NAME", help=f"torch_xla API generation to emit: {', '.join(TARGETS)} (default {DEFAULT_TARGET})."),
-    select: Optional[list[str]] = typer.Option(None, "--select", metavar="CODES", help="Only these rule codes or prefixes (comma-separated)."),
-    ignore: Optional[list[str]] = typer.Option(None, "--ignore", metavar="CODES", help="Skip these rule codes or prefixes (comma-separated)."),
-    distributed: Optional[bool] = typer.Option(None, "--distributed/--single", help="Migrate as a multi-replica (distributed) or a single-device script (default: detected per script)."),
-    data_parallel: Optional[str] = typer.Option(None, "--data-parallel", metavar="FORM", help="Form of a distributed script: ddp (torch.distributed and DDP on the xla process group; torch_xla 2.1+) or xm (the seeds' recipe: xm.optimizer_step, xmp.spawn). Default: ddp for the 2.9 target, xm for sagemaker."),
-    exclude: Optional[list[str]] = typer.Option(None, "--exclude", metavar="PATTERN", help="Skip paths matching this gitignore-style pattern, in place of the default excludes (.venv/, build/, node_modules/...) and the config's exclude (repeatable)."),
-    extend_exclude: Optional[list[str]] = typer.Option(None, "--extend-exclude", metavar="PATTERN", help="Skip these paths as well as the default or configured excludes (repeatable)."),
-    force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply the excludes to paths named on the command line too (as pre-commit passes them)."),
-    no_gitignore: bool = typer.Option(False, "--no-gitignore", help="Also migrate files that .gitignore ignores."),
-    only_changed: bool = typer.Option(False, "--only-changed", help="With --out DIR: write only the files that change."),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", metavar="N", help="Worker processes for many files (default: the CPU count)."),
-    project: Optional[str] = typer.Option(None, "--project", metavar="ROOT", help="Migrate as part of the project (repository) at ROOT: helpers in other modules, entry files and the distributed decision are taken from the whole project, so file-by-file runs agree with a tree run (default: the folder of the pyproject.toml with [tool.xla-migrate], or the one input folder)."),
-    no_project: bool = typer.Option(False, "--no-project", help="Migrate every file alone, as if it were the whole program."),
-    requirements: bool = typer.Option(False, "--requirements", help="Tree run: add the target's torch_xla pin to the project's requirements.txt or pyproject.toml [project] dependencies."),
-    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Read [tool.xla-migrate] from this pyproject.toml (default: the nearest one above the input)."),
-    output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="Report format: text (stderr), json (stdout; not with --diff or --out -: use --report) or github (workflow annotations, stderr). With --list-rules: text or json."),
-    report_path: Optional[str] = typer.Option(None, "--report", metavar="PATH", help="Also write the JSON report to PATH."),
-    verify_output: bool = typer.Option(False, "--verify", help="After writing one script, run 'xla-migrate verify' on it (against the input with --out); its report on stderr, its exit code."),
-    statistics: bool = typer.Option(False, "--statistics", help="Count the changes and findings per rule code instead of listing each."),
-    list_rules: bool = typer.Option(False, "--list-rules", help="List the rules and exit ('xla-migrate rule CODE' prints one)."),
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
-    quiet: int = typer.Option(0, "-q", "--quiet", count=True, show_default=False, help="Leave out the summary line; -qq: print errors only."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list every change."),
-) -> None:
+def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, target, select, ignore, distributed,
+                    data_parallel, exclude, extend_exclude, force_exclude, no_gitignore, only_changed, jobs,
+                    project, no_project, requirements, config, output_format, report_path, verify_output,
+                    statistics, list_rules, version, quiet, verbose) -> int:
+    """The main command on its parsed arguments (from typer, or from the fast path for a plain run, which
+    gives the same ones); returns the exit code."""
     if version:
         print(f"xla-migrate {__version__}")
-        return
+        return EXIT_OK
     try:
         if output_format not in FORMATS:
             raise UsageError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
@@ -233,7 +232,7 @@ def command(
             if output_format == "github":
                 raise UsageError("--list-rules --format: expected text or json")
             _list_rules(output_format)
-            raise typer.Exit(EXIT_OK)
+            return EXIT_OK
         if output_format == "json" and (diff or out == "-"):
             raise UsageError(f"--format json prints the report on stdout, where {'--diff' if diff else '--out -'} "
                              "puts its output: write the report to a file with --report PATH instead")
@@ -254,8 +253,7 @@ def command(
         if force_exclude or settings.force_exclude:
             inputs = _without_excluded(inputs, ignorer)
             if inputs == []:
-                code = _nothing_to_migrate()
-                raise typer.Exit(code)
+                return _nothing_to_migrate()
         checked = _verify_target(inputs, out, in_place, diff or check) if verify_output else None
         sources = _decision_sources(settings, target, distributed, data_parallel)
         root = None if no_project else _project_root(settings, inputs, project)
@@ -280,15 +278,13 @@ def command(
     except KeyboardInterrupt:  # one script: its output is written atomically, or not at all
         _err("interrupted", "red")
         code = EXIT_INTERRUPTED
-    except typer.Exit:
-        raise
     except Exception as error:  # a bug in xla-migrate: one line, and the traceback on request
         if os.environ.get("XLA_MIGRATE_DEBUG"):
             raise
         _err(f"error: internal error in xla-migrate ({type(error).__name__}: {error}); "
              "set XLA_MIGRATE_DEBUG=1 for the traceback and please report it", "red")
         code = EXIT_ERROR
-    raise typer.Exit(code)
+    return code
 
 
 def _verify_target(inputs, out, in_place, dry) -> tuple[str, Optional[str]]:
@@ -336,7 +332,10 @@ def _ignorer(settings, use_gitignore: bool):
     else:
         excludes = [(None, list(DEFAULT_EXCLUDE))]
     excludes += [(settings.config_dir, settings.extend_exclude), (None, settings.cli_extend_exclude)]
-    return Ignorer(use_gitignore, excludes)
+    ignorer = Ignorer(use_gitignore, excludes)
+    if settings.cli_exclude is not None or settings.exclude is not None or any(lines for _, lines in excludes[1:]):
+        ignorer.excludes  # the user's patterns compile now, so that a bad one fails here whatever the run
+    return ignorer
 
 
 def _settings(inputs, config_path, target, select, ignore, exclude, extend_exclude):
@@ -390,10 +389,17 @@ def _validate_rules(target: str, select: list[str], ignore: list[str], data_para
         raise UsageError(f"unknown rule code or prefix: {', '.join(unknown)} (see --list-rules)")
 
 
-def _project_root(settings, inputs, explicit):
-    from .summary import find_project_root
-
-    return find_project_root(settings, [i for i in inputs if i != "-"], explicit)
+def _project_root(settings, inputs: list[str], explicit: str | None) -> str | None:
+    """The project's root: ``--project ROOT``; else the folder of the configuration the run read (found
+    as pre-commit's file-by-file runs find it); else the one folder a tree run was given."""
+    inputs = [i for i in inputs if i != "-"]
+    if explicit is not None:
+        return os.path.abspath(explicit)
+    if settings.config_dir is not None:
+        return str(settings.config_dir)
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):
+        return os.path.abspath(inputs[0])
+    return None
 
 
 def _single_file_index(path, root, ignorer):
@@ -759,35 +765,125 @@ def _write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> None:
         raise UsageError(f"{path}: cannot write: {error.strerror or error}") from None
 
 
-# xla-migrate rule CODE -------------------------------------------------------------------------------------
-rule_app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
-                       context_settings={"help_option_names": ["-h", "--help"]})
+# The fast path --------------------------------------------------------------------------------------------
+# typer's import and its parsing cost more than migrating a small file. ``run`` parses the common command
+# lines itself, into the very arguments typer gives ``migrate_command`` (tests/test_cli_fast.py compares
+# them over many command lines and checks these tables against the typer declarations), and leaves to typer
+# everything else: --help, --version among other arguments, -j, a repeated option, an option value that
+# starts with '-', '--', an unknown option, a usage error.
+_DEFAULTS: dict = {
+    "paths": None, "in_path": None, "out": None, "in_place": False, "diff": False, "diff_file": None, "check": False,
+    "target": None, "select": None, "ignore": None, "distributed": None, "data_parallel": None, "exclude": None,
+    "extend_exclude": None, "force_exclude": False, "no_gitignore": False, "only_changed": False, "jobs": None,
+    "project": None, "no_project": False, "requirements": False, "config": None, "output_format": "text",
+    "report_path": None, "verify_output": False, "statistics": False, "list_rules": False, "version": False,
+    "quiet": 0, "verbose": False}
+_FAST_VALUES = {"--out": "out", "--diff-file": "diff_file", "--target": "target", "--data-parallel": "data_parallel",
+                "--project": "project", "--config": "config", "--format": "output_format", "--report": "report_path"}
+_FAST_LISTS = {"--in": "in_path", "--select": "select", "--ignore": "ignore", "--exclude": "exclude",
+               "--extend-exclude": "extend_exclude"}
+_FAST_FLAGS = {"--in-place": ("in_place", True), "--diff": ("diff", True), "--check": ("check", True),
+               "--distributed": ("distributed", True), "--single": ("distributed", False),
+               "--force-exclude": ("force_exclude", True), "--no-gitignore": ("no_gitignore", True),
+               "--only-changed": ("only_changed", True), "--no-project": ("no_project", True),
+               "--requirements": ("requirements", True), "--verify": ("verify_output", True),
+               "--statistics": ("statistics", True), "--list-rules": ("list_rules", True),
+               "-v": ("verbose", True), "--verbose": ("verbose", True)}
 
 
-@rule_app.command(help="Print a rule's documentation (what it does, why, an example), as ruff's 'rule'.")
-def rule(
-    code: str = typer.Argument(..., metavar="CODE", help="A rule code (XLA101) or name (cuda-device-to-xla).", show_default=False),
-    output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="text (Markdown) or json."),
-) -> None:
-    from .ruledocs import docs_path, find_rule, rule_page, rule_record
+def fast_arguments(args: list[str]) -> Optional[dict]:
+    """``migrate_command``'s arguments for a command line the fast path takes, else None (typer's turn)."""
+    arguments, given, paths = dict(_DEFAULTS), set(), []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "-" or not arg.startswith("-"):
+            paths.append(arg)
+            continue
+        if arg in ("-q", "--quiet") or (len(arg) > 2 and arg.strip("q") == "-"):  # -q, --quiet, -qq...
+            arguments["quiet"] += 1 if arg == "--quiet" else len(arg) - 1
+            continue
+        name, equals, value = arg.partition("=")
+        if name in _FAST_FLAGS and not equals:
+            key, flag = _FAST_FLAGS[name]
+            if key in given:
+                return None
+            given.add(key)
+            arguments[key] = flag
+            continue
+        if name not in _FAST_VALUES and name not in _FAST_LISTS:
+            return None
+        if not equals:
+            value = next(rest, None)
+            if value is None:
+                return None
+        if value.startswith("-") and value != "-" or (equals and not value):
+            return None
+        if name in _FAST_LISTS:
+            key = _FAST_LISTS[name]
+            arguments[key] = [*(arguments[key] or []), value]
+            continue
+        key = _FAST_VALUES[name]
+        if key in given:
+            return None
+        given.add(key)
+        arguments[key] = value
+    arguments["paths"] = paths or None
+    return arguments
 
-    found = find_rule(code)
-    if output_format not in ("text", "json"):
-        _err(f"error: --format {output_format}: expected text or json", "red")
-        raise typer.Exit(EXIT_ERROR)
-    if found is None:
-        _err(f"error: unknown rule: {code} (xla-migrate --list-rules lists them)", "red")
-        raise typer.Exit(EXIT_ERROR)
-    if output_format == "json":
-        import json
 
-        print(json.dumps({**rule_record(found), "explanation": "\n".join(rule_page(found)).rstrip() + "\n"},
-                         indent=2))
-        return
-    print("\n".join(rule_page(found)).rstrip())
-    print(f"\nWith golden examples: {docs_path(found)} in the xla-migrate repository.")
+class _QuietOnBrokenPipe:
+    """A closed stdout or stderr after the run: flushing it says nothing at exit (as click's own wrapper)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            if error.errno != errno.EPIPE:
+                raise
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _run_fast(arguments: dict) -> int:
+    """``migrate_command`` as typer's standalone mode runs it: what escapes it ends the same way."""
+    try:
+        return migrate_command(**arguments)
+    except EOFError:
+        print(file=sys.stderr)
+        print("Aborted!", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except OSError as error:
+        if error.errno != errno.EPIPE:
+            raise
+        sys.stdout, sys.stderr = _QuietOnBrokenPipe(sys.stdout), _QuietOnBrokenPipe(sys.stderr)
+        return 1
 
 
 def run() -> None:
-    app(prog_name="xla-migrate")
+    args = sys.argv[1:]
+    arguments = None
+    # typer answers shell completion requests and keeps tracebacks' typer frames for XLA_MIGRATE_DEBUG.
+    if not os.environ.get("_XLA_MIGRATE_COMPLETE") and not os.environ.get("XLA_MIGRATE_DEBUG"):
+        arguments = fast_arguments(args)
+    if arguments is None:
+        from .cli_typer import app
+
+        app(prog_name="xla-migrate")
+        return
+    sys.exit(_run_fast(arguments))
+
+
+def __getattr__(name: str):
+    """``cli.app`` and ``cli.rule_app``, the typer applications, imported on first use."""
+    if name in ("app", "rule_app"):
+        from . import cli_typer
+
+        return getattr(cli_typer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

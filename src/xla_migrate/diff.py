@@ -3,7 +3,6 @@ timestamps, CRLF lines kept as they are, and the missing final newline marked th
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 NO_NEWLINE = "\\ No newline at end of file\n"
@@ -23,6 +22,8 @@ def unified_diff(before: str, after: str, from_path: str, to_path: str, context:
     a copy of the input plus these hunks, so ``git apply`` and ``patch -p1`` create it and keep the input."""
     if before == after:
         return ""
+    import difflib
+
     source, target = from_path.lstrip("/"), to_path.lstrip("/")
     out = [f"diff --git a/{source} b/{target}\n"]
     if source != target:

@@ -10,7 +10,6 @@ part (up to the last form feed) never changes what the line means; it is put bac
 
 from __future__ import annotations
 
-import difflib
 import re
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
@@ -48,6 +47,8 @@ def _restore_form_feeds(original: str, reprinted: str, output: str) -> str:
                 lost[index] = match.group()
     if not lost:
         return output
+    import difflib  # here: most files have no page break
+
     lines = split_lines(output)
     matcher = difflib.SequenceMatcher(None, after, lines, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():

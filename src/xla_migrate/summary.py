@@ -9,7 +9,6 @@ family (XLA3: device loaders, step barriers, host reads) adds what XLA needs and
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,16 +239,4 @@ def _closing_bracket(text: str, start: int) -> int | None:
             if depth == 0:
                 return i
         i += 1
-    return None
-
-
-def find_project_root(settings, inputs: list[str], explicit: str | None) -> str | None:
-    """The project's root: ``--project ROOT``; else the folder of the configuration the run read (found
-    as pre-commit's file-by-file runs find it); else the one folder a tree run was given."""
-    if explicit is not None:
-        return os.path.abspath(explicit)
-    if settings.config_dir is not None:
-        return str(settings.config_dir)
-    if len(inputs) == 1 and os.path.isdir(inputs[0]):
-        return os.path.abspath(inputs[0])
     return None

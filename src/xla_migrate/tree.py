@@ -11,6 +11,7 @@ import os
 import re
 import signal
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 # A file that mentions none of these is not parsed at all: nothing in it can need migrating. The one place
@@ -46,12 +47,17 @@ class Ignorer:
     ``--exclude``/config patterns, with gitignore semantics (a deeper file and a later line win)."""
 
     def __init__(self, use_gitignore: bool, excludes: list[tuple[Path | None, list[str]]]):
-        from pathspec import GitIgnoreSpec
-
         self.use_gitignore = use_gitignore
         self._gitignores: dict[Path, object] = {}
-        # (base folder or None for "relative to the walked root", spec)
-        self.excludes = [(base, GitIgnoreSpec.from_lines(lines)) for base, lines in excludes if lines]
+        self._exclude_lines = [(base, lines) for base, lines in excludes if lines]
+
+    @cached_property
+    def excludes(self) -> list:
+        """(base folder or None for "relative to the walked root", spec), compiled when first asked: a
+        single script never is (the caller asks at once for patterns that a user wrote, which can be bad)."""
+        from pathspec import GitIgnoreSpec
+
+        return [(base, GitIgnoreSpec.from_lines(lines)) for base, lines in self._exclude_lines]
 
     def _gitignore(self, folder: Path):
         if folder not in self._gitignores:

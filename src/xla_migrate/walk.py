@@ -47,11 +47,13 @@ def child_fields(node_type: type) -> tuple[tuple[str, bool], ...]:
 @functools.lru_cache(maxsize=None)
 def _uses_attribute_hooks(visitor_type: type) -> bool:
     """The visitor does something in ``on_visit_attribute``/``on_leave_attribute``: it overrides them, or
-    it has a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own."""
+    it has a ``visit_<Node>_<field>``/``leave_<Node>_<field>`` method of its own (only a class above
+    libcst's can define one: their own names are read, not the hundreds of libcst's that ``dir()`` lists)."""
     if (visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
             or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute):
         return True
-    for name in dir(visitor_type):
+    libcst_classes = set(cst.CSTVisitor.__mro__)
+    for name in {name for klass in visitor_type.__mro__ if klass not in libcst_classes for name in vars(klass)}:
         prefix, _, rest = name.partition("_")
         if prefix in ("visit", "leave") and "_" in rest and getattr(visitor_type, name) is not getattr(
                 cst.CSTVisitor, name, None):
