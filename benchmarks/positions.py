@@ -5,7 +5,7 @@
 DIR: folders of ``.py`` files (any depth; default ``fixtures/realistic``); files libcst cannot parse are
 left out. Printed, best of N runs over all files (parsed once beforehand): ``Module.code`` (the print),
 ``MetadataWrapper.resolve(PositionProvider)`` and ``positions.Positions`` (which gives the code as well),
-each with its ratio to the print. Timings depend on the machine's load: printed, never asserted.
+each with its ratio to the print (the three take turns in each run). Timings depend on the machine's load: printed, never asserted.
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ def _modules(folders: list[Path]) -> list[cst.Module]:
     return modules
 
 
-def _best(work, modules: list[cst.Module], repeat: int) -> float:
-    best = float("inf")
+def _best_of(works: dict, modules: list[cst.Module], repeat: int) -> dict[str, float]:
+    """Best time of each work over all modules; the works take turns, so a change of load hits them alike."""
+    best = dict.fromkeys(works, float("inf"))
     for _ in range(repeat):
-        start = time.perf_counter()
-        for module in modules:
-            work(module)
-        best = min(best, time.perf_counter() - start)
+        for name, work in works.items():
+            start = time.perf_counter()
+            for module in modules:
+                work(module)
+            best[name] = min(best[name], time.perf_counter() - start)
     return best
 
 
@@ -51,10 +53,12 @@ def main() -> None:
     args = parser.parse_args()
     modules = _modules(args.folders)
     print(f"{len(modules)} files, load average {os.getloadavg()[0]:.2f}, best of {args.repeat}")
-    printed = _best(lambda m: m.code, modules, args.repeat)
-    provider = _best(lambda m: MetadataWrapper(m, unsafe_skip_copy=True).resolve(PositionProvider), modules,
-                     args.repeat)
-    own = _best(Positions, modules, args.repeat)
+    best = _best_of({
+        "print": lambda m: m.code,
+        "provider": lambda m: MetadataWrapper(m, unsafe_skip_copy=True).resolve(PositionProvider),
+        "own": Positions,
+    }, modules, args.repeat)
+    printed, provider, own = best["print"], best["provider"], best["own"]
     print(f"  Module.code       {printed:7.3f} s")
     print(f"  PositionProvider  {provider:7.3f} s  {provider / printed:5.1f}x the print")
     print(f"  Positions         {own:7.3f} s  {own / printed:5.1f}x the print "
