@@ -5,7 +5,8 @@
 DIR: folders of ``.py`` files (any depth; default ``fixtures/realistic``); files libcst cannot parse are
 left out. Printed, best of N runs over all files (parsed once beforehand): ``Module.code`` (the print),
 ``MetadataWrapper.resolve(PositionProvider)`` and ``positions.Positions`` (which gives the code as well),
-each with its ratio to the print (the three take turns in each run). Timings depend on the machine's load: printed, never asserted.
+each with its ratio to the print (the three take turns in each run). Timings depend on the machine's
+load: printed, never asserted.
 """
 
 from __future__ import annotations
