@@ -194,9 +194,10 @@ def migrate(
         result.error = engine.too_deep_error()
         return result
     # Untouched input is returned as it came, even where libcst would not reprint it byte for byte.
-    if output.code != module.code:
+    if output.code != output.input_code:
         # Put back what libcst does not reprint (form feeds in indentation, a final bare CR).
-        code = layout.restore(to_parse if isinstance(source, str) else result.source, module.code, output.code)
+        code = layout.restore(to_parse if isinstance(source, str) else result.source, output.input_code,
+                              output.code)
         if isinstance(source, str):
             result.code = bom + code
             result.encoding = _encoding_for_text(result.code)

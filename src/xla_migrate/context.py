@@ -7,16 +7,17 @@ never see each other's output and one traversal serves them all.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import CodeRange, PositionProvider, Scope, ScopeProvider
+from libcst.metadata import CodeRange, Scope, ScopeProvider
 from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope, ImportAssignment
 
 from . import patterns, walk
 from .cuda_paths import CudaPaths, collect_cuda_paths
 from .facts import Facts, collect_facts
+from .positions import Positions
 from .project import ProjectFile
 from .steps import StepModel
 from .records import Change, Finding
@@ -118,9 +119,11 @@ class MigrationContext:
         # QualifiedNameProvider does for every node of the module up front).
         self.scopes: dict[cst.CSTNode, Scope] = wrapper.resolve(ScopeProvider)
         self._qualnames: dict[cst.CSTNode, set[str]] = {}
-        # Resolved here, not when a record first needs one: that is deep inside the rules' traversal, and
-        # rendering the module for positions on top of that stack overflows on input at the nesting limit.
-        self._positions: Mapping[cst.CSTNode, CodeRange] = wrapper.resolve(PositionProvider)
+        # Rendered here, not when a record first needs a position: that is deep inside the rules' traversal,
+        # and rendering the module on top of that stack overflows on input at the nesting limit. The output
+        # needs the render anyway (the input's code, for the gate and for an unchanged file).
+        self._positions = Positions(self.module)
+        self.input_code: str = self._positions.code
         self._parents = walk.parents(self.module)
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
         # This file's view of the project index (project.py), or None: migrated alone.
@@ -207,10 +210,13 @@ class MigrationContext:
         return isinstance(node, cst.Call) and bool(self.qualnames(node.func) & set(names))
 
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
-        code_range: CodeRange | None = self._positions.get(node)
-        if code_range is None:
-            return 0, 0
-        return code_range.start.line, code_range.start.column + 1
+        """(line, column) where ``node`` starts, both from 1; (0, 0) for a node not in the input."""
+        start = self._positions.start(node)
+        return (start[0], start[1] + 1) if start is not None else (0, 0)
+
+    def code_range(self, node: cst.CSTNode) -> CodeRange | None:
+        """libcst's PositionProvider range of a node of the input (None for a node not in it)."""
+        return self._positions.range(node)
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self._parents.get(node)
@@ -454,8 +460,7 @@ class MigrationContext:
         return child if current is ancestor else None
 
     def _start(self, node: cst.CSTNode) -> tuple[int, int]:
-        code_range = self._positions.get(node)
-        return (code_range.start.line, code_range.start.column) if code_range else (0, 0)
+        return self._positions.start(node) or (0, 0)
 
     def _bound_at(self, binding: cst.CSTNode) -> tuple[int, int] | None:
         """Where a binding takes effect: after the value of an assignment (``x = f(x)`` reads the old
@@ -468,8 +473,7 @@ class MigrationContext:
             current = self.parent(current)
         if not isinstance(current, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
             current = binding
-        code_range = self._positions.get(current)
-        return (code_range.end.line, code_range.end.column) if code_range else None
+        return self._positions.end(current)
 
     def _self_device_attribute(self, node: cst.CSTNode) -> str | None:
         scope = self.function_scope(node)

@@ -32,6 +32,8 @@ from .targets import Target
 @dataclass
 class PipelineOutput:
     code: str
+    # The input module's code (rendered once, with the positions): what ``code`` is when nothing changed.
+    input_code: str
     output_bytes: bytes
     encoding: str
     changes: list[Change]
@@ -208,17 +210,19 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
             cuda_paths = ctx.cuda_paths if ctx.facts.runs_on_xla else None
             module.visit(_BatchedRules([rule(ctx) for rule in rules], cuda_paths))
     applied = _applied(ctx, _apply_with_leftovers(ctx))
-    # Module.code renders the whole tree each time it is read: render the output once per version.
-    output = applied.module.code
+    # Module.code renders the whole tree each time it is read: render the output once per version (the
+    # input's render came with its positions).
+    output = ctx.input_code if applied.module is module else applied.module.code
     if applied.module is not module:
-        output_gate = gate.OutputGate(module.code)
+        output_gate = gate.OutputGate(ctx.input_code)
         if output_gate.problem(output) is not None:
             applied = _withdraw_until_clean(ctx, output_gate)
-            output = applied.module.code
+            output = ctx.input_code if applied.module is module else applied.module.code
     applied.report_overlaps(ctx)
     _drop_unapplied_derived_changes(ctx)
     return PipelineOutput(
         code=output,
+        input_code=ctx.input_code,
         output_bytes=output.encode(applied.module.encoding),  # what Module.bytes would render again
         encoding=applied.module.encoding,
         changes=sorted(ctx.changes),

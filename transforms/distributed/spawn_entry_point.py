@@ -193,7 +193,7 @@ class SpawnEntryPoint(Rule):
         if not body:
             return "the training code"
         first = self.ctx.position(body[0])[0]
-        last = self.ctx._positions[body[-1]].end.line
+        last = self.ctx.code_range(body[-1]).end.line
         return f"lines {first}-{last} (the code after the imports)"
 
     def _blank_lines_left(self, function: cst.FunctionDef) -> int:

@@ -1,0 +1,133 @@
+"""Node positions from one render of the module, at about the cost of printing it.
+
+libcst's PositionProvider splits every token with a regex to keep a running line and column, and enters a
+generator context manager per syntactic node: about seven times a plain ``Module.code``. Here the render
+keeps a running character offset (one addition per token) and records each node's (start, end) offsets;
+an offset becomes libcst's (line, column) only when a node's position is asked, by bisection over the
+offsets where lines start. The positions are libcst's exactly (tests/test_positions.py checks every node),
+and the same render gives the module's code.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from itertools import accumulate
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodePosition, CodeRange
+
+# What libcst counts as a line break (position_provider.NEWLINE_RE).
+_LINE_BREAK = re.compile(r"\r\n?|\n")
+
+
+class _OffsetCodegenState(CodegenState):
+    """libcst's code generation, keeping a running offset and each node's (start, end) offsets with the
+    semantics of libcst's PositionProvidingCodegenState: a node's syntactic position (recorded by its own
+    codegen, possibly hoisted from a child's) is not overwritten by the whitespace-inclusive one."""
+
+    __slots__ = ("offset", "_indent_width", "ranges", "_starts", "_syntactic", "popped")
+
+    def __init__(self, default_indent: str, default_newline: str) -> None:
+        super().__init__(default_indent, default_newline)
+        self.offset = 0
+        self._indent_width = 0
+        self.ranges: dict[cst.CSTNode, tuple[int, int]] = {}
+        self._starts: list[int] = []
+        self._syntactic: list[tuple[cst.CSTNode, cst.CSTNode | None, cst.CSTNode | None, int]] = []
+        # The module's final newline, which libcst drops when the file has none (positions still count it).
+        self.popped = ""
+
+    def increase_indent(self, value: str) -> None:
+        self.indent_tokens.append(value)
+        self._indent_width += len(value)
+
+    def decrease_indent(self) -> None:
+        self._indent_width -= len(self.indent_tokens.pop())
+
+    def add_indent_tokens(self) -> None:
+        self.tokens.extend(self.indent_tokens)
+        self.offset += self._indent_width
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self.offset += len(value)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._starts.append(self.offset)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self._starts.pop()
+        if node not in self.ranges:
+            self.ranges[node] = (start, self.offset)
+
+    def pop_trailing_newline(self) -> None:
+        if self.tokens:
+            self.popped = self.tokens.pop()
+
+    # libcst's nodes use ``with state.record_syntactic_position(node, ...)``: the state itself is the context
+    # manager (a generator-based one per node cost more than the rest of the bookkeeping).
+    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
+                                  end_node: cst.CSTNode | None = None) -> _OffsetCodegenState:
+        self._syntactic.append((node, start_node, end_node, self.offset))
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> bool:
+        node, start_node, end_node, start = self._syntactic.pop()
+        ranges = self.ranges
+        ranges[node] = (ranges[start_node][0] if start_node is not None else start,
+                        ranges[end_node][1] if end_node is not None else self.offset)
+        return False
+
+
+class Positions:
+    """Every node's CodeRange, as libcst's PositionProvider gives it, from one render of ``module``."""
+
+    def __init__(self, module: cst.Module) -> None:
+        state = _OffsetCodegenState(module.default_indent, module.default_newline)
+        module._codegen(state)
+        self._ranges = state.ranges
+        self.code: str = "".join(state.tokens)
+        self._line_starts = _line_starts(state.tokens, state.popped, self.code)
+
+    def range(self, node: cst.CSTNode) -> CodeRange | None:
+        offsets = self._ranges.get(node)
+        if offsets is None:
+            return None
+        return CodeRange(self._position(offsets[0]), self._position(offsets[1]))
+
+    def start(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """(line, column) where ``node`` starts: line from 1, column from 0 in characters."""
+        offsets = self._ranges.get(node)
+        return self._line_column(offsets[0]) if offsets is not None else None
+
+    def end(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        offsets = self._ranges.get(node)
+        return self._line_column(offsets[1]) if offsets is not None else None
+
+    def _line_column(self, offset: int) -> tuple[int, int]:
+        index = bisect_right(self._line_starts, offset) - 1
+        return index + 1, offset - self._line_starts[index]
+
+    def _position(self, offset: int) -> CodePosition:
+        return CodePosition(*self._line_column(offset))
+
+
+def _line_starts(tokens: list[str], popped: str, code: str) -> list[int]:
+    """The offsets where lines start (in ``code`` followed by the ``popped`` final newline). libcst counts
+    breaks token by token, so a CR ending one token and an LF starting the next are two breaks there: text
+    with a CR is scanned token by token."""
+    text = code + popped
+    if "\r" not in text:
+        return list(accumulate((len(line) + 1 for line in text.split("\n")[:-1]), initial=0))
+    starts = [0]
+    offset = 0
+    for token in (*tokens, popped):
+        if "\r" in token or "\n" in token:
+            starts.extend(offset + match.end() for match in _LINE_BREAK.finditer(token))
+        offset += len(token)
+    return starts
