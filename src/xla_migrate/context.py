@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import CodeRange, Scope, ScopeProvider
+from libcst.metadata import CodeRange, Scope
 from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope, ImportAssignment
 
 from . import patterns, walk
@@ -19,6 +19,7 @@ from .cuda_paths import CudaPaths, collect_cuda_paths
 from .facts import Facts, collect_facts
 from .positions import Positions
 from .project import ProjectFile
+from .scopes import resolve_scopes
 from .steps import StepModel
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
@@ -117,7 +118,7 @@ class MigrationContext:
         self.target = target
         # Qualified names are asked of the scopes per node, when a rule asks (what libcst's
         # QualifiedNameProvider does for every node of the module up front).
-        self.scopes: dict[cst.CSTNode, Scope] = wrapper.resolve(ScopeProvider)
+        self.scopes: dict[cst.CSTNode, Scope] = resolve_scopes(wrapper)
         self._qualnames: dict[cst.CSTNode, set[str]] = {}
         # Rendered here, not when a record first needs a position: that is deep inside the rules' traversal,
         # and rendering the module on top of that stack overflows on input at the nesting limit. The output

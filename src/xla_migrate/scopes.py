@@ -1,0 +1,552 @@
+"""Name resolution: libcst's ScopeProvider and ExpressionContextProvider, computed without their visitors.
+
+libcst builds the scopes with a ``CSTVisitor`` (``ScopeVisitor``) that runs on top of a second one
+(``ExpressionContextVisitor``, run as a batched provider). Both pay for the generic traversal on every node
+(the name-built ``visit_<Type>`` lookups, and attribute hooks on every field, since ``ScopeVisitor`` defines
+``visit_ClassDef_bases``) and were a fifth of the pipeline. Here the same two computations are direct walks
+that call the same hooks in the same order on the same nodes, and build libcst's own objects (its ``Scope``
+classes, ``Access``, the assignments) through libcst's own methods, so everything that reads them (rules,
+facts, ``get_qualified_names_for``) gets what libcst would give.
+
+``resolve_scopes`` stores both mappings in the ``MetadataWrapper``'s cache, where libcst keeps what it has
+computed, so a later ``wrapper.resolve`` of either provider returns them instead of computing them again.
+tests/test_scopes.py checks, node for node and scope for scope, that the results equal libcst's: a libcst
+release that changes its visitors must fail there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import libcst as cst
+from libcst._nodes.base import CSTNode
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import ExpressionContext, ExpressionContextProvider, ScopeProvider
+from libcst.metadata.scope_provider import (
+    _ASSIGNMENT_LIKE_NODES,
+    Access,
+    AnnotationScope,
+    ClassScope,
+    ComprehensionScope,
+    FunctionScope,
+    GlobalScope,
+    Scope,
+    _gen_dotted_names,
+)
+
+from .walk import child_fields
+
+_LOAD, _STORE, _DEL = ExpressionContext.LOAD, ExpressionContext.STORE, ExpressionContext.DEL
+# What a child field holds, per class of its value: a node, a sequence of nodes, or nothing (None, a
+# MaybeSentinel). Read per class once: isinstance against CSTNode (an ABC) costs more than the rest of a
+# node's visit.
+_NODE, _NODES, _NOTHING = 1, 2, 3  # all true: `kinds.get(t) or ...` falls through only when unknown
+_value_kinds: dict[type, int] = {}
+
+
+def _value_kind(value_type: type) -> int:
+    kind = _value_kinds.get(value_type)
+    if kind is None:
+        kind = (_NODE if issubclass(value_type, CSTNode)
+                else _NODES if issubclass(value_type, (tuple, list)) else _NOTHING)
+        _value_kinds[value_type] = kind
+    return kind
+
+
+def _children(node: CSTNode) -> list[CSTNode]:
+    """The node's children in libcst's visiting order."""
+    out: list[CSTNode] = []
+    for field, _ in child_fields(type(node)):
+        value = getattr(node, field)
+        kind = _value_kinds.get(type(value)) or _value_kind(type(value))
+        if kind == _NODE:
+            out.append(value)
+        elif kind == _NODES:
+            out.extend(value)
+    return out
+
+
+def resolve_scopes(wrapper: cst.MetadataWrapper) -> Mapping[CSTNode, Scope | None]:
+    """``wrapper.resolve(ScopeProvider)``, computed here, cached in the wrapper as libcst caches it (with
+    its ExpressionContextProvider dependency)."""
+    cache = wrapper._metadata
+    if ScopeProvider not in cache:
+        module = wrapper.module
+        if ExpressionContextProvider not in cache:
+            cache[ExpressionContextProvider] = MappingProxyType(expression_contexts(module))
+        cache[ScopeProvider] = MappingProxyType(scopes(module, cache[ExpressionContextProvider]))
+    return cache[ScopeProvider]
+
+
+# -- ExpressionContextProvider ------------------------------------------------------------------------------
+# libcst's ExpressionContextVisitor, case by case: each node type's handler says which children it visits
+# and in which context (``node.visit(ExpressionContextVisitor(STORE))`` becomes a STORE entry on the stack).
+# A node type without a handler visits all its children in the context it was reached in. Each node is
+# reached once, so the order of the walk does not change the mapping.
+
+def expression_contexts(module: cst.Module) -> dict[CSTNode, ExpressionContext]:
+    """What ``wrapper.resolve(ExpressionContextProvider)`` gives, as a dict."""
+    found: dict[CSTNode, ExpressionContext] = {}
+    stack: list[tuple[CSTNode, ExpressionContext]] = [(module, _LOAD)]
+    handlers = _CONTEXT_HANDLERS
+    push = stack.append
+    while stack:
+        node, context = stack.pop()
+        node_type = type(node)
+        if node_type is cst.Name:
+            found[node] = context
+            continue
+        handler = handlers.get(node_type)
+        if handler is not None:
+            if handler(node, context, found, push):
+                continue
+        for field, _ in child_fields(node_type):
+            value = getattr(node, field)
+            kind = _value_kinds.get(type(value)) or _value_kind(type(value))
+            if kind == _NODE:
+                push((value, context))
+            elif kind == _NODES:
+                for child in value:
+                    push((child, context))
+    return found
+
+
+# A handler returns True when it has dealt with the children itself (libcst's visit_* returned False).
+
+def _ctx_assign(node, context, found, push):
+    for target in node.targets:
+        push((target, _STORE))
+    push((node.value, context))
+    return True
+
+
+def _ctx_ann_assign(node, context, found, push):
+    push((node.target, _STORE))
+    push((node.annotation, context))
+    if node.value:
+        push((node.value, context))
+    return True
+
+
+def _ctx_target_value(node, context, found, push):  # AugAssign, NamedExpr
+    push((node.target, _STORE))
+    push((node.value, context))
+    return True
+
+
+def _ctx_as_name(node, context, found, push):
+    push((node.name, _STORE))
+    return True
+
+
+def _ctx_comp_for(node, context, found, push):
+    push((node.target, _STORE))
+    push((node.iter, context))
+    for condition in node.ifs:
+        push((condition, context))
+    if node.inner_for_in:
+        push((node.inner_for_in, context))
+    return True
+
+
+def _ctx_for(node, context, found, push):
+    push((node.target, _STORE))
+    push((node.iter, context))
+    push((node.body, context))
+    if node.orelse:
+        push((node.orelse, context))
+    return True
+
+
+def _ctx_del(node, context, found, push):
+    push((node.target, _DEL))
+    return True
+
+
+def _ctx_attribute(node, context, found, push):
+    found[node] = context
+    push((node.value, _LOAD))  # not attr: libcst gives attribute names no context, as ast does
+    return True
+
+
+def _ctx_subscript(node, context, found, push):
+    found[node] = context
+    push((node.value, _LOAD))
+    sliced = node.slice
+    if isinstance(sliced, (tuple, list)):
+        for element in sliced:
+            push((element, _LOAD))
+    else:
+        push((sliced, _LOAD))
+    return True
+
+
+def _ctx_collection(node, context, found, push):  # Tuple, List, StarredElement: their children as well
+    found[node] = context
+    return False
+
+
+def _ctx_class(node, context, found, push):
+    push((node.name, _STORE))
+    push((node.body, context))
+    for child in (*node.bases, *node.keywords, *node.decorators):
+        push((child, context))
+    return True
+
+
+def _ctx_function(node, context, found, push):  # not type_parameters: libcst's visitor skips them
+    push((node.name, _STORE))
+    push((node.params, context))
+    push((node.body, context))
+    for decorator in node.decorators:
+        push((decorator, context))
+    if node.returns:
+        push((node.returns, context))
+    return True
+
+
+def _ctx_param(node, context, found, push):
+    push((node.name, _STORE))
+    if node.annotation:
+        push((node.annotation, context))
+    if node.default:
+        push((node.default, context))
+    return True
+
+
+_CONTEXT_HANDLERS = {
+    cst.Assign: _ctx_assign, cst.AnnAssign: _ctx_ann_assign, cst.AugAssign: _ctx_target_value,
+    cst.NamedExpr: _ctx_target_value, cst.AsName: _ctx_as_name, cst.CompFor: _ctx_comp_for,
+    cst.For: _ctx_for, cst.Del: _ctx_del, cst.Attribute: _ctx_attribute, cst.Subscript: _ctx_subscript,
+    cst.Tuple: _ctx_collection, cst.List: _ctx_collection, cst.StarredElement: _ctx_collection,
+    cst.ClassDef: _ctx_class, cst.FunctionDef: _ctx_function, cst.Param: _ctx_param,
+}
+
+
+# -- ScopeProvider ------------------------------------------------------------------------------------------
+
+def scopes(module: cst.Module, contexts: Mapping[CSTNode, ExpressionContext]) -> dict[CSTNode, Scope | None]:
+    """What ``wrapper.resolve(ScopeProvider)`` gives, as a dict in the same order, given the module's
+    expression contexts."""
+    builder = _ScopeBuilder(contexts)
+    builder.visit(module)
+    builder.infer_accesses()
+    return builder.found
+
+
+class _ScopeBuilder:
+    """libcst's ScopeVisitor (libcst/metadata/scope_provider.py), method for method: ``visit`` is its
+    ``node.visit(self)`` (the ``visit_<Type>`` hook, the children unless the hook returned False, then its
+    ``on_leave``), the hooks are its ``visit_*``/``leave_*`` methods. Its attribute hooks
+    (``visit_ClassDef_bases``) never run: ``visit_ClassDef`` visits a class's parts itself."""
+
+    def __init__(self, contexts: Mapping[CSTNode, ExpressionContext]) -> None:
+        self.contexts = contexts
+        self.scope: Scope = GlobalScope()
+        self.found: dict[CSTNode, Scope | None] = {}
+        # (access, enclosing top-level attribute, enclosing string annotation), resolved at the end
+        self.deferred: list[tuple[Access, cst.Attribute | None, cst.BaseString | None]] = []
+        self.top_level_attribute: list[cst.Attribute | None] = [None]
+        self.in_annotation: list[bool] = [False]
+        self.in_type_hint: list[bool] = [False]
+        self.in_ignored_subscript: set[cst.Subscript] = set()
+        self.last_string_annotation: cst.BaseString | None = None
+
+    def visit(self, node: CSTNode) -> None:
+        node_type = type(node)
+        hooks = _HOOKS.get(node_type) or _hooks(node_type)
+        visit, leave, assignment_like = hooks
+        if visit is None or visit(self, node) is not False:
+            for field, _ in child_fields(node_type):
+                value = getattr(node, field)
+                kind = _value_kinds.get(type(value)) or _value_kind(type(value))
+                if kind == _NODE:
+                    self.visit(value)
+                elif kind == _NODES:
+                    for child in value:
+                        self.visit(child)
+        scope = self.scope
+        self.found[node] = scope
+        if assignment_like:
+            scope._assignment_count += 1
+        if leave is not None:
+            leave(self, node)
+
+    # The hooks, in the order of libcst's ScopeVisitor.
+
+    def _visit_import_alike(self, node: cst.Import | cst.ImportFrom) -> bool:
+        names = node.names
+        if isinstance(names, cst.ImportStar):
+            return False
+        scope = self.scope
+        for name in names:
+            self.found[name] = scope
+            asname = name.asname
+            if asname is not None:
+                name_values = _gen_dotted_names(cst.ensure_type(asname.name, cst.Name))
+                import_node_asname = asname.name
+            else:
+                name_values = _gen_dotted_names(name.name)
+                import_node_asname = name.name
+            for name_value, _ in name_values:
+                scope.record_import_assignment(name_value, node, import_node_asname)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        stack = self.top_level_attribute
+        if stack[-1] is None:
+            stack[-1] = node
+        self.visit(node.value)  # explicitly not visiting attr
+        if stack[-1] is node:
+            stack[-1] = None
+        return False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        self.top_level_attribute.append(None)
+        self.in_type_hint.append(False)
+        qnames = {qn.name for qn in self.scope.get_qualified_names_for(node)}
+        if "typing.NewType" in qnames or "typing.TypeVar" in qnames:
+            self.visit(node.func)
+            self.in_type_hint[-1] = True
+            for arg in node.args[1:]:
+                self.visit(arg)
+            return False
+        if "typing.cast" in qnames:
+            self.visit(node.func)
+            if len(node.args) > 0:
+                self.in_type_hint.append(True)
+                self.visit(node.args[0])
+                self.in_type_hint.pop()
+                for arg in node.args[1:]:
+                    self.visit(arg)
+            return False
+        return True
+
+    def leave_Call(self, node: cst.Call) -> None:
+        self.top_level_attribute.pop()
+        self.in_type_hint.pop()
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self.in_annotation.append(True)
+
+    def leave_Annotation(self, node: cst.Annotation) -> None:
+        self.in_annotation.pop()
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> bool:
+        self._handle_string_annotation(node)
+        return False
+
+    def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> bool:
+        return not self._handle_string_annotation(node)
+
+    def _handle_string_annotation(self, node: cst.SimpleString | cst.ConcatenatedString) -> bool:
+        """Whether it handled the string as an annotation (parsed it and visited its names)."""
+        if (self.in_type_hint[-1] or self.in_annotation[-1]) and not self.in_ignored_subscript:
+            value = node.evaluated_value
+            if value:
+                top_level_annotation = self.last_string_annotation is None
+                if top_level_annotation:
+                    self.last_string_annotation = node
+                try:
+                    self.visit(cst.parse_module(value))
+                except cst.ParserSyntaxError:
+                    pass  # as libcst (and CPython) do: an annotation that does not parse names nothing
+                if top_level_annotation:
+                    self.last_string_annotation = None
+                return True
+        return False
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        in_type_hint = False
+        if isinstance(node.value, cst.Name):
+            qnames = {qn.name for qn in self.scope.get_qualified_names_for(node.value)}
+            if any(qn.startswith(("typing.", "typing_extensions.")) for qn in qnames):
+                in_type_hint = True
+            if "typing.Literal" in qnames or "typing_extensions.Literal" in qnames:
+                self.in_ignored_subscript.add(node)
+        self.in_type_hint.append(in_type_hint)
+
+    def leave_Subscript(self, node: cst.Subscript) -> None:
+        self.in_type_hint.pop()
+        self.in_ignored_subscript.discard(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        # not every Name has an expression context (an attribute's name, a keyword's)
+        context = self.contexts.get(node)
+        if context is _STORE:
+            self.scope.record_assignment(node.value, node)
+        else:
+            access = Access(node, self.scope, is_annotation=self.in_annotation[-1],
+                            is_type_hint=self.in_type_hint[-1])
+            self.deferred.append((access, self.top_level_attribute[-1], self.last_string_annotation))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        outer = self.scope
+        outer.record_assignment(node.name.value, node)
+        self.found[node.name] = outer
+        if node.type_parameters:
+            self.scope = AnnotationScope(outer, node, None)
+            self.visit(node.type_parameters)
+        enclosing = self.scope
+        self.scope = FunctionScope(enclosing, node, get_full_name_for_node(node.name))
+        self.visit(node.params)
+        self.visit(node.body)
+        self.scope = enclosing
+        for decorator in node.decorators:
+            self.visit(decorator)
+        if node.returns:
+            self.visit(node.returns)
+        self.scope = outer
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        outer = self.scope
+        self.scope = FunctionScope(outer, node)
+        self.visit(node.params)
+        self.visit(node.body)
+        self.scope = outer
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        scope = self.scope
+        scope.record_assignment(node.name.value, node)
+        self.found[node.name] = scope
+        self.scope = scope.parent
+        for field in (node.default, node.annotation):
+            if field:
+                self.visit(field)
+        self.scope = scope
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        # An argument's keyword is neither an assignment nor an access: not visited.
+        if node.value:
+            self.visit(node.value)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        outer = self.scope
+        outer.record_assignment(node.name.value, node)
+        self.found[node.name] = outer
+        for decorator in node.decorators:
+            self.visit(decorator)
+        if node.type_parameters:
+            self.scope = AnnotationScope(outer, node, None)
+            self.visit(node.type_parameters)
+        for base in node.bases:
+            self.visit(base)
+        for keyword in node.keywords:
+            self.visit(keyword)
+        enclosing = self.scope
+        self.scope = ClassScope(enclosing, node, get_full_name_for_node(node.name))
+        for statement in node.body.body:
+            self.visit(statement)
+        self.scope = outer
+        return False
+
+    def visit_Global(self, node: cst.Global) -> bool:
+        for name_item in node.names:
+            self.scope.record_global_overwrite(name_item.name.value)
+        return False
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
+        for name_item in node.names:
+            self.scope.record_nonlocal_overwrite(name_item.name.value)
+        return False
+
+    def _visit_comp_alike(self, node: cst.ListComp | cst.SetComp | cst.DictComp | cst.GeneratorExp) -> bool:
+        # The first iterable is evaluated outside the comprehension's scope, the rest inside it.
+        for_in = node.for_in
+        self.visit(for_in.iter)
+        outer = self.scope
+        self.found[for_in] = outer
+        self.scope = ComprehensionScope(outer, node)
+        self.visit(for_in.target)
+        self.scope._assignment_count += 1  # what follows can refer to the target
+        for condition in for_in.ifs:
+            self.visit(condition)
+        if for_in.inner_for_in:
+            self.visit(for_in.inner_for_in)
+        if isinstance(node, cst.DictComp):
+            self.visit(node.key)
+            self.visit(node.value)
+        else:
+            self.visit(node.elt)
+        self.scope = outer
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        self.visit(node.target)
+        self.scope._assignment_count += 1
+        for child in (node.iter, node.body, node.orelse, node.asynchronous):
+            if child is not None:
+                self.visit(child)
+        return False
+
+    def visit_TypeAlias(self, node: cst.TypeAlias) -> bool:
+        outer = self.scope
+        outer.record_assignment(node.name.value, node)
+        self.scope = AnnotationScope(outer, node, None)
+        if node.type_parameters is not None:
+            self.visit(node.type_parameters)
+        self.visit(node.value)
+        self.scope = outer
+        return False
+
+    def visit_TypeVar(self, node: cst.TypeVar) -> bool:
+        self.scope.record_assignment(node.name.value, node)
+        if node.bound is not None:
+            self.visit(node.bound)
+        return False
+
+    def visit_TypeVarTuple(self, node: cst.TypeVarTuple) -> bool:
+        self.scope.record_assignment(node.name.value, node)
+        return False
+
+    def visit_ParamSpec(self, node: cst.ParamSpec) -> bool:
+        self.scope.record_assignment(node.name.value, node)
+        return False
+
+    def infer_accesses(self) -> None:
+        """libcst's ScopeVisitor.infer_accesses: each access's name (the longest dotted prefix of its
+        attribute chain that the scope knows), its referents, and the assignments' references (batched per
+        scope and name)."""
+        scope_name_accesses: dict[tuple[Scope, str], set[Access]] = defaultdict(set)
+        for access, enclosing_attribute, enclosing_string_annotation in self.deferred:
+            name = cst.ensure_type(access.node, cst.Name).value
+            if enclosing_attribute is not None:
+                for attr_name, node in _gen_dotted_names(enclosing_attribute):
+                    if attr_name in access.scope:
+                        access.node = node
+                        name = attr_name
+                        break
+            if enclosing_string_annotation is not None:
+                access.node = enclosing_string_annotation
+            scope_name_accesses[(access.scope, name)].add(access)
+            access.record_assignments(name)
+            access.scope.record_access(name, access)
+        for (scope, name), accesses in scope_name_accesses.items():
+            for assignment in scope._resolve_scope_for_access(name, scope):
+                assignment.record_accesses(accesses)
+        self.deferred = []
+
+
+_builder_hooks = {
+    cst.Import: _ScopeBuilder._visit_import_alike, cst.ImportFrom: _ScopeBuilder._visit_import_alike,
+    cst.ListComp: _ScopeBuilder._visit_comp_alike, cst.SetComp: _ScopeBuilder._visit_comp_alike,
+    cst.DictComp: _ScopeBuilder._visit_comp_alike, cst.GeneratorExp: _ScopeBuilder._visit_comp_alike,
+}
+# node type -> (visit hook, leave hook, assignment-like), filled per type on first sight
+_HOOKS: dict[type, tuple] = {}
+
+
+def _hooks(node_type: type) -> tuple:
+    """libcst dispatches ``visit_<Type>``/``leave_<Type>`` by the type's name."""
+    name = node_type.__name__
+    visit = _builder_hooks.get(node_type) or getattr(_ScopeBuilder, f"visit_{name}", None)
+    leave = getattr(_ScopeBuilder, f"leave_{name}", None)
+    hooks = (visit, leave, issubclass(node_type, _ASSIGNMENT_LIKE_NODES))
+    _HOOKS[node_type] = hooks
+    return hooks

@@ -1,0 +1,232 @@
+"""Name resolution (src/xla_migrate/scopes.py) gives what libcst's ScopeProvider and
+ExpressionContextProvider give: the same expression context for every node, the same scope for every node
+(in the same order), and scopes with the same assignments, accesses, referents and qualified names.
+
+scopes.py re-implements libcst's visitors for speed, so a libcst release that changes what they compute
+must fail here, not change the migration silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
+from libcst.metadata.scope_provider import Assignment, BuiltinScope, ImportAssignment, LocalScope
+from test_walk import EXTRA
+
+from xla_migrate import scopes, walk
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted((ROOT / "fixtures").rglob("*.py"))
+# What decides scopes and accesses, beyond test_walk's sampler of every node type.
+SCOPE_SYNTAX = '''\
+from __future__ import annotations
+import typing
+import typing as t
+import os.path as osp, a.b.c, a.b
+from typing import Literal, NewType, TypeVar, cast, List as L
+from typing_extensions import Literal as XLiteral
+from .. import sibling
+from .pkg.mod import thing as other
+from star import *
+UserId = NewType("UserId", "int")
+T = TypeVar("T", bound="Model")
+value = cast("List[int]", raw) + t.cast("os.PathLike", p)
+mode: Literal["train", "eval"] = "train"
+other_mode: XLiteral["a"] = "a"
+hinted: "typing.Optional[osp.Thing]" = None
+broken: "not valid python (" = 1
+concatenated: "Li" "st[int]" = []
+nums: L["int"] = []
+a.b.c.d = 1
+print(a.b.c.d, a.b.x, os.path.join, osp.join(a.b), sibling.x().y, other)
+counter = 0
+def outer(x, /, y: "T" = counter, *args: int, z=lambda q=y: q, **kw) -> "UserId":
+    global counter
+    counter += 1
+    v = 1
+    class Inner(Base if v else Other, metaclass=Meta):
+        v = 2
+        w = [v for _ in range(3)]
+        def method(self, arg=v) -> v:
+            nonlocal v
+            v = 3
+            return __class__, super().method(arg)
+    def inner():
+        nonlocal v
+        del v
+        return [[v, u] for u in x for x in u if (n := u)] + [n]
+    return inner, {k: v for k, v in kw.items()}, {s for s in args}, (g for g in x)
+for i, (j, *k) in enumerate(items):
+    total = i + j
+else:
+    total = None
+with open(p) as (f, g), other_ctx() as h:
+    f.read(), h
+try:
+    pass
+except (ValueError, TypeError) as err:
+    print(err)
+match command:
+    case [first, *rest] if first:
+        print(rest)
+    case {"key": found, **others}:
+        print(found, others)
+    case Point(x=px) as point:
+        print(px, point)
+async def runner():
+    return [y async for y in aiter() if await y], await other
+@decorator.attr(counter)
+@dec
+class Model[K: int, *Ts, **P](typing.Generic[K]):
+    field: K
+    items: list["Model"] = []
+    def copy[V](self, other: V) -> "Model[K]":
+        return other
+type Alias[Q] = dict[Q, "Model"]
+type Plain = int
+print(__name__, __file__, len, UndefinedName, Alias.x)
+'''
+
+
+def _modules():
+    yield "scope_syntax", cst.parse_module(SCOPE_SYNTAX)
+    yield "walk_syntax", cst.parse_module(EXTRA)
+    for path in SOURCES:
+        yield str(path.relative_to(ROOT / "fixtures")), cst.parse_module(path.read_bytes())
+
+
+MODULES = list(_modules())
+IDS = [name for name, _ in MODULES]
+
+
+def _libcsts(module: cst.Module):
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    return wrapper.resolve(ExpressionContextProvider), wrapper.resolve(ScopeProvider)
+
+
+def _ours(module: cst.Module):
+    with walk.fast_visits():  # as the pipeline runs it
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        found = scopes.resolve_scopes(wrapper)
+    return wrapper._metadata[ExpressionContextProvider], found
+
+
+class _Correspondence:
+    """Pairs libcst's objects with ours. Nodes of the module are the same objects on both sides; nodes
+    parsed from string annotations are parsed once on each side, paired by their place in the mapping."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module_nodes = {id(n) for n in walk.parents(module)} | {id(module)}
+        self.node_pairs: dict[int, cst.CSTNode] = {}
+        self.scope_pairs: dict[int, object] = {}
+
+    def nodes(self, theirs: cst.CSTNode, ours: cst.CSTNode) -> None:
+        if id(theirs) in self.module_nodes:
+            assert ours is theirs
+        else:
+            assert id(ours) not in self.module_nodes and ours.deep_equals(theirs)
+            self.node_pairs[id(theirs)] = ours
+
+    def node(self, theirs):
+        """Our counterpart of one of libcst's nodes (or of a value that is not a node)."""
+        return self.node_pairs.get(id(theirs), theirs) if isinstance(theirs, cst.CSTNode) else theirs
+
+    def scopes(self, theirs, ours) -> None:
+        if theirs is None:
+            assert ours is None
+            return
+        known = self.scope_pairs.get(id(theirs))
+        if known is not None:
+            assert known is ours
+            return
+        assert type(ours) is type(theirs)
+        self.scope_pairs[id(theirs)] = ours
+        if isinstance(theirs, LocalScope):
+            assert ours.node is self.node(theirs.node) and ours.name == theirs.name
+        assert ours._name_prefix == theirs._name_prefix
+        self.scopes(theirs.parent, ours.parent)
+        self.scopes(theirs.globals, ours.globals)
+
+
+def _assignment(pairs: _Correspondence, assignment) -> tuple:
+    """What an assignment is, without its references, in terms of our nodes and scopes."""
+    scope = pairs.scope_pairs.get(id(assignment.scope), assignment.scope)
+    node = pairs.node(assignment.node) if isinstance(assignment, Assignment) else None
+    as_name = pairs.node(assignment.as_name) if isinstance(assignment, ImportAssignment) else None
+    return type(assignment).__name__, assignment.name, id(scope), id(node), id(as_name), assignment._index
+
+
+def _access(pairs: _Correspondence, access) -> tuple:
+    scope = pairs.scope_pairs.get(id(access.scope), access.scope)
+    return (id(pairs.node(access.node)), id(scope), access.is_annotation, access.is_type_hint, access._index,
+            frozenset(_assignment(pairs, a) for a in access.referents))
+
+
+def _scope_contents(pairs: _Correspondence, scope) -> dict:
+    """Everything a scope records, in terms of our nodes and scopes (the names in recording order)."""
+    return {
+        "assignment_count": scope._assignment_count,
+        "assignments": [(name, {(_assignment(pairs, a), frozenset(_access(pairs, r) for r in a.references))
+                                for a in assigned})
+                        for name, assigned in scope._assignments.items()],
+        "accesses": [(name, {_access(pairs, a) for a in accesses}) for name, accesses in
+                     scope._accesses_by_name.items()],
+        "accesses_by_node": [(id(pairs.node(node)), {_access(pairs, a) for a in accesses})
+                             for node, accesses in scope._accesses_by_node.items()],
+        "overwrites": [(name, id(pairs.scope_pairs.get(id(s), s)))
+                       for name, s in getattr(scope, "_scope_overwrites", {}).items()],
+    }
+
+
+@pytest.mark.parametrize("name,module", MODULES, ids=IDS)
+def test_expression_contexts_and_scopes_equal_libcsts(name, module):
+    their_contexts, their_scopes = _libcsts(module)
+    our_contexts, our_scopes = _ours(module)
+    assert dict(our_contexts) == dict(their_contexts)
+
+    # Every node has the same scope, in the same order (context.py lists the scopes in mapping order).
+    pairs = _Correspondence(module)
+    assert len(our_scopes) == len(their_scopes)
+    for (their_node, their_scope), (our_node, our_scope) in zip(their_scopes.items(), our_scopes.items()):
+        pairs.nodes(their_node, our_node)
+        pairs.scopes(their_scope, our_scope)
+    builtins = [s for s in pairs.scope_pairs.values() if isinstance(s, BuiltinScope)]
+    assert len(builtins) == 1
+
+    # Every scope records the same assignments, accesses and referents.
+    their_by_id = {id(s): s for s in their_scopes.values() if s is not None}
+    their_by_id.update({id(s.parent): s.parent for s in their_by_id.values()})
+    for their_id, ours in pairs.scope_pairs.items():
+        theirs = their_by_id[their_id]
+        assert _scope_contents(pairs, ours) == _scope_contents(pairs, theirs), type(theirs).__name__
+
+    # The qualified names of every name and attribute, as the rules ask them.
+    names = [n for n in their_scopes if isinstance(n, (cst.Name, cst.Attribute)) and id(n) in pairs.module_nodes]
+    for node in names:
+        theirs = their_scopes[node]
+        if theirs is not None:
+            assert our_scopes[node].get_qualified_names_for(node) == theirs.get_qualified_names_for(node), (
+                name, cst.Module([]).code_for_node(node))
+
+
+def test_the_sampler_exercises_what_scopes_distinguish():
+    """The cases above would prove little if the sampler did not reach them."""
+    contexts, found = _ours(cst.parse_module(SCOPE_SYNTAX))
+    kinds = {type(s).__name__ for s in found.values()}
+    assert kinds == {"GlobalScope", "FunctionScope", "ClassScope", "ComprehensionScope", "AnnotationScope"}
+    accesses = [a for s in {id(s): s for s in found.values()}.values() for a in s.accesses]
+    assert any(a.is_type_hint for a in accesses) and any(a.is_annotation for a in accesses)
+    assert any(isinstance(a.node, cst.SimpleString) for a in accesses)  # a name inside a string annotation
+    assert any(isinstance(a.node, cst.Attribute) for a in accesses)  # a dotted import's access
+    assert {c.name for c in set(contexts.values())} == {"LOAD", "STORE", "DEL"}
+
+
+def test_resolve_scopes_serves_later_resolves_from_the_wrapper():
+    wrapper = MetadataWrapper(cst.parse_module("import torch\nx = torch.zeros(1)\n"), unsafe_skip_copy=True)
+    found = scopes.resolve_scopes(wrapper)
+    assert wrapper.resolve(ScopeProvider) is found
+    assert scopes.resolve_scopes(wrapper) is found
+    assert set(wrapper.resolve(ExpressionContextProvider).values()) == {
+        cst.metadata.ExpressionContext.STORE, cst.metadata.ExpressionContext.LOAD}
