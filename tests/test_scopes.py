@@ -230,3 +230,20 @@ def test_resolve_scopes_serves_later_resolves_from_the_wrapper():
     assert scopes.resolve_scopes(wrapper) is found
     assert set(wrapper.resolve(ExpressionContextProvider).values()) == {
         cst.metadata.ExpressionContext.STORE, cst.metadata.ExpressionContext.LOAD}
+
+
+def test_every_hook_of_libcsts_visitors_has_its_counterpart():
+    """A hook libcst adds to its visitors (a new node type it resolves) fails here even where no fixture
+    holds that syntax yet."""
+    from libcst.metadata.expression_context_provider import ExpressionContextVisitor
+    from libcst.metadata.scope_provider import ScopeVisitor
+
+    hooks = ("visit_", "leave_")
+    theirs = {name for name in vars(ScopeVisitor) if name.startswith(hooks)}
+    ours = {name for name in vars(scopes._ScopeBuilder) if name.startswith(hooks)}
+    ours |= {f"visit_{node_type.__name__}" for node_type in scopes._builder_hooks}
+    # never called: visit_ClassDef visits a class's parts itself, so its fields' hooks do not run
+    assert theirs - {"visit_ClassDef_bases", "leave_ClassDef_bases"} == ours
+    assert {name for name in vars(ScopeVisitor) if name.startswith("on_")} == {"on_leave"}
+    theirs = {name[len("visit_"):] for name in vars(ExpressionContextVisitor) if name.startswith(hooks)}
+    assert theirs == {node_type.__name__ for node_type in scopes._CONTEXT_HANDLERS} | {"Name"}

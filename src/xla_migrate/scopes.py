@@ -256,10 +256,9 @@ class _ScopeBuilder:
 
     def visit(self, node: CSTNode) -> None:
         node_type = type(node)
-        hooks = _HOOKS.get(node_type) or _hooks(node_type)
-        visit, leave, assignment_like = hooks
+        visit, leave, assignment_like, fields = _HOOKS.get(node_type) or _hooks(node_type)
         if visit is None or visit(self, node) is not False:
-            for field, _ in child_fields(node_type):
+            for field in fields:
                 value = getattr(node, field)
                 kind = _value_kinds.get(type(value)) or _value_kind(type(value))
                 if kind == _NODE:
@@ -538,7 +537,7 @@ _builder_hooks = {
     cst.ListComp: _ScopeBuilder._visit_comp_alike, cst.SetComp: _ScopeBuilder._visit_comp_alike,
     cst.DictComp: _ScopeBuilder._visit_comp_alike, cst.GeneratorExp: _ScopeBuilder._visit_comp_alike,
 }
-# node type -> (visit hook, leave hook, assignment-like), filled per type on first sight
+# node type -> (visit hook, leave hook, assignment-like, child fields), filled per type on first sight
 _HOOKS: dict[type, tuple] = {}
 
 
@@ -547,6 +546,7 @@ def _hooks(node_type: type) -> tuple:
     name = node_type.__name__
     visit = _builder_hooks.get(node_type) or getattr(_ScopeBuilder, f"visit_{name}", None)
     leave = getattr(_ScopeBuilder, f"leave_{name}", None)
-    hooks = (visit, leave, issubclass(node_type, _ASSIGNMENT_LIKE_NODES))
+    hooks = (visit, leave, issubclass(node_type, _ASSIGNMENT_LIKE_NODES),
+             tuple(field for field, _ in child_fields(node_type)))
     _HOOKS[node_type] = hooks
     return hooks
