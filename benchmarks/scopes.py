@@ -80,7 +80,8 @@ def main() -> None:
     print(f"{len(modules)} files, best of {args.repeat}, load average {os.getloadavg()[0]:.2f}")
     print(f"pipeline, libcst ScopeProvider {before:7.3f} s  {before / floor:5.2f}x floor ({floor:.3f} s)")
     print(f"pipeline, xla_migrate.scopes   {after:7.3f} s  {after / floor:5.2f}x floor")
-    print(f"libcst ScopeProvider          {libcst_scopes:7.3f} s  (its ExpressionContextProvider {libcst_contexts:.3f} s)")
+    print(f"libcst ScopeProvider          {libcst_scopes:7.3f} s  "
+          f"(its ExpressionContextProvider {libcst_contexts:.3f} s)")
     print(f"xla_migrate.scopes            {own_scopes:7.3f} s  (its expression_contexts {own_contexts:.3f} s)")
     print(f"ratio                         {libcst_scopes / own_scopes:7.1f}x  "
           f"(expression contexts {libcst_contexts / own_contexts:.1f}x)")
