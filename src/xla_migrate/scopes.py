@@ -36,36 +36,10 @@ from libcst.metadata.scope_provider import (
     _gen_dotted_names,
 )
 
-from .walk import child_fields
+# A child field's value by its type (the walk's table): a node, a sequence of nodes, or neither.
+from .walk import _NODE, _SEQUENCE, _kind, _value_kinds, child_fields
 
 _LOAD, _STORE, _DEL = ExpressionContext.LOAD, ExpressionContext.STORE, ExpressionContext.DEL
-# What a child field holds, per class of its value: a node, a sequence of nodes, or nothing (None, a
-# MaybeSentinel). Read per class once: isinstance against CSTNode (an ABC) costs more than the rest of a
-# node's visit.
-_NODE, _NODES, _NOTHING = 1, 2, 3  # all true: `kinds.get(t) or ...` falls through only when unknown
-_value_kinds: dict[type, int] = {}
-
-
-def _value_kind(value_type: type) -> int:
-    kind = _value_kinds.get(value_type)
-    if kind is None:
-        kind = (_NODE if issubclass(value_type, CSTNode)
-                else _NODES if issubclass(value_type, (tuple, list)) else _NOTHING)
-        _value_kinds[value_type] = kind
-    return kind
-
-
-def _children(node: CSTNode) -> list[CSTNode]:
-    """The node's children in libcst's visiting order."""
-    out: list[CSTNode] = []
-    for field, _ in child_fields(type(node)):
-        value = getattr(node, field)
-        kind = _value_kinds.get(type(value)) or _value_kind(type(value))
-        if kind == _NODE:
-            out.append(value)
-        elif kind == _NODES:
-            out.extend(value)
-    return out
 
 
 def resolve_scopes(wrapper: cst.MetadataWrapper) -> Mapping[CSTNode, Scope | None]:
@@ -104,10 +78,10 @@ def expression_contexts(module: cst.Module) -> dict[CSTNode, ExpressionContext]:
                 continue
         for field, _ in child_fields(node_type):
             value = getattr(node, field)
-            kind = _value_kinds.get(type(value)) or _value_kind(type(value))
+            kind = _value_kinds.get(type(value)) or _kind(type(value))
             if kind == _NODE:
                 push((value, context))
-            elif kind == _NODES:
+            elif kind == _SEQUENCE:
                 for child in value:
                     push((child, context))
     return found
@@ -260,10 +234,10 @@ class _ScopeBuilder:
         if visit is None or visit(self, node) is not False:
             for field in fields:
                 value = getattr(node, field)
-                kind = _value_kinds.get(type(value)) or _value_kind(type(value))
+                kind = _value_kinds.get(type(value)) or _kind(type(value))
                 if kind == _NODE:
                     self.visit(value)
-                elif kind == _NODES:
+                elif kind == _SEQUENCE:
                     for child in value:
                         self.visit(child)
         scope = self.scope
