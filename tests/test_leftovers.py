@@ -200,17 +200,24 @@ def test_collectives_xla411_cannot_rewrite_keep_the_process_group_with_a_finding
     assert kept == [10, 11, 12]
 
 
-def test_broadcast_on_sagemaker_is_reported_and_all_gather_rewritten():
+def test_broadcast_on_sagemaker_becomes_collective_broadcast_and_one_whose_value_is_used_is_reported():
+    """torch_xla has xm.collective_broadcast since 1.13: the sagemaker target rewrites dist.broadcast too. A
+    broadcast whose work handle is used stays, reported (sagemaker has no xla backend to keep it on)."""
     result = xm_form('''\
         def main(t):
             dist.init_process_group("nccl")
             gathered = [torch.zeros_like(t)]
             dist.all_gather(gathered, t)
             dist.broadcast(t, src=0)
+            work = dist.broadcast(t, 1)
     ''', target="sagemaker")
-    assert "for gathered_tensor, chunk in zip(gathered, xm.all_gather(t.unsqueeze(0))):" in result.code
-    assert "dist.broadcast(t, src=0)" in result.code and "collective_broadcast" not in result.code
-    assert any(f.code == "XLA404" and f.message.startswith("dist.broadcast(t, src=0)") for f in result.findings)
+    code = result.code
+    assert "for gathered_tensor, chunk in zip(gathered, xm.all_gather(t.unsqueeze(0))):" in code
+    assert "    xm.collective_broadcast([t], root_ordinal=0)\n" in code
+    assert "    work = dist.broadcast(t, 1)\n" in code and "init_process_group" not in code
+    reported = [f.message for f in result.findings if f.code == "XLA404"]
+    assert len(reported) == 1 and reported[0].startswith("dist.broadcast(t, 1): a torch.distributed collective "
+                                                         "needs a process group"), reported
 
 
 def test_in_a_project_an_imported_module_keeps_its_emptied_function(tmp_path):
