@@ -200,6 +200,28 @@ def test_collectives_xla411_cannot_rewrite_keep_the_process_group_with_a_finding
     assert kept == [10, 11, 12]
 
 
+def test_all_gather_into_tensor_kept_on_the_xla_group_becomes_all_gather_into_the_outputs_chunks():
+    """XLA412 in the xm form: the call XLA411 rewrites is left to it; one with group= stays on the kept xla
+    group and becomes dist.all_gather into out's chunks (torch_xla < 2.8 fails on all_gather_into_tensor)."""
+    result = xm_form('''\
+        def main(t, out, group):
+            dist.init_process_group("nccl")
+            dist.all_gather_into_tensor(out, t)
+            dist.all_gather_into_tensor(out, t, group=group)
+    ''')
+    code = result.code
+    assert "    out.copy_(xm.all_gather(t))\n" in code
+    assert "    dist.all_gather(list(out.chunk(dist.get_world_size(group))), t, group=group)\n" in code
+    assert 'dist.init_process_group("xla", init_method="xla://")' in code
+    assert [c.line for c in result.changes if c.code == "XLA412"] == [10]
+    sagemaker = xm_form('''\
+        def main(t, out, group):
+            dist.all_gather_into_tensor(out, t, group=group)
+    ''', target="sagemaker")
+    assert "dist.all_gather_into_tensor(out, t, group=group)" in sagemaker.code  # no xla backend to keep it on
+    assert not [c for c in sagemaker.changes if c.code == "XLA412"]
+
+
 def test_broadcast_on_sagemaker_becomes_collective_broadcast_and_one_whose_value_is_used_is_reported():
     """torch_xla has xm.collective_broadcast since 1.13: the sagemaker target rewrites dist.broadcast too. A
     broadcast whose work handle is used stays, reported (sagemaker has no xla backend to keep it on)."""
