@@ -200,17 +200,46 @@ def test_collectives_xla411_cannot_rewrite_keep_the_process_group_with_a_finding
     assert kept == [10, 11, 12]
 
 
-def test_broadcast_on_sagemaker_is_reported_and_all_gather_rewritten():
+def test_all_gather_into_tensor_kept_on_the_xla_group_becomes_all_gather_into_the_outputs_chunks():
+    """XLA412 in the xm form: the call XLA411 rewrites is left to it; one with group= stays on the kept xla
+    group and becomes dist.all_gather into out's chunks (torch_xla < 2.8 fails on all_gather_into_tensor)."""
+    result = xm_form('''\
+        def main(t, out, group):
+            dist.init_process_group("nccl")
+            dist.all_gather_into_tensor(out, t)
+            dist.all_gather_into_tensor(out, t, group=group)
+    ''')
+    code = result.code
+    assert "    out.copy_(xm.all_gather(t))\n" in code
+    assert "    dist.all_gather(list(out.chunk(dist.get_world_size(group))), t, group=group)\n" in code
+    assert 'dist.init_process_group("xla", init_method="xla://")' in code
+    assert [c.line for c in result.changes if c.code == "XLA412"] == [10]
+    sagemaker = xm_form('''\
+        def main(t, out, group):
+            dist.all_gather_into_tensor(out, t, group=group)
+    ''', target="sagemaker")
+    assert "dist.all_gather_into_tensor(out, t, group=group)" in sagemaker.code  # no xla backend to keep it on
+    assert not [c for c in sagemaker.changes if c.code == "XLA412"]
+
+
+def test_broadcast_on_sagemaker_becomes_collective_broadcast_and_one_whose_value_is_used_is_reported():
+    """torch_xla has xm.collective_broadcast since 1.13: the sagemaker target rewrites dist.broadcast too. A
+    broadcast whose work handle is used stays, reported (sagemaker has no xla backend to keep it on)."""
     result = xm_form('''\
         def main(t):
             dist.init_process_group("nccl")
             gathered = [torch.zeros_like(t)]
             dist.all_gather(gathered, t)
             dist.broadcast(t, src=0)
+            work = dist.broadcast(t, 1)
     ''', target="sagemaker")
-    assert "for gathered_tensor, chunk in zip(gathered, xm.all_gather(t.unsqueeze(0))):" in result.code
-    assert "dist.broadcast(t, src=0)" in result.code and "collective_broadcast" not in result.code
-    assert any(f.code == "XLA404" and f.message.startswith("dist.broadcast(t, src=0)") for f in result.findings)
+    code = result.code
+    assert "for gathered_tensor, chunk in zip(gathered, xm.all_gather(t.unsqueeze(0))):" in code
+    assert "    xm.collective_broadcast([t], root_ordinal=0)\n" in code
+    assert "    work = dist.broadcast(t, 1)\n" in code and "init_process_group" not in code
+    reported = [f.message for f in result.findings if f.code == "XLA404"]
+    assert len(reported) == 1 and reported[0].startswith("dist.broadcast(t, 1): a torch.distributed collective "
+                                                         "needs a process group"), reported
 
 
 def test_in_a_project_an_imported_module_keeps_its_emptied_function(tmp_path):

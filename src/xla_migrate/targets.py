@@ -142,6 +142,10 @@ _SEEDS = {
     # Hugging Face TrainingArguments(optim=...): the syncfree AdamW on XLA (transformers' name for it).
     "hf_xla_optim": Spelling('"adamw_torch_xla"'),
     "all_gather": Spelling("{xm}.all_gather"),
+    # In-place broadcast from one replica: every replica multiplies its tensors by a device-data 1 or 0 (the
+    # same graph everywhere), then all-reduces them. In torch_xla since 1.13.0 (pytorch/xla #3952; 1.12 has
+    # none), done the same way through 2.9.
+    "collective_broadcast": Spelling("{xm}.collective_broadcast"),
 }
 
 _CURRENT = {
@@ -158,8 +162,6 @@ _CURRENT = {
     # The ddp form: torch.distributed on torch_xla's process group (``import torch_xla.distributed.xla_backend``
     # registers the "xla" backend and the xla:// init method, both 2.1+). Only targets of 2.1 or later have it.
     "xla_process_group": Spelling('"xla", init_method="xla://"', since=(2, 1)),
-    # In-place broadcast from one replica (torch_xla 2.1+; the 1.13 API has no broadcast).
-    "collective_broadcast": Spelling("{xm}.collective_broadcast", since=(2, 1)),
 }
 del _CURRENT["grad_scaler"]
 

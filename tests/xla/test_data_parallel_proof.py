@@ -20,17 +20,10 @@ DISTRIBUTED = ["ddp_torchrun", "ddp_env_flag", "ddp_helpers", "ddp_world_size_ar
 # (env, target, form): where each form applies.
 RUNS = [("current", "2.9", "ddp"), ("sagemaker", "2.9", "ddp"), ("current", "2.9", "xm"),
         ("sagemaker", "sagemaker", "xm")]
-# More runs for one script: the 2.9 target's xm collectives (xm.all_gather, xm.collective_broadcast) on 2.6.1.
+# More runs for one script: the 2.9 target's xm collectives (xm.all_gather, xm.collective_broadcast) on 2.6.1 too.
 EXTRA_RUNS = {"ddp_helpers": [("sagemaker", "2.9", "xm")]}
 # Forms that cannot run yet, with why: strict xfails (a fix makes them XPASS, which fails until removed).
-GAPS: dict[tuple[str, str, str, str], str] = {  # (script, env, target, form)
-    ("ddp_helpers", "sagemaker", "sagemaker", "xm"): "dist.broadcast has no form in the sagemaker target's API "
-    "(xm.collective_broadcast is torch_xla 2.1+; a per-replica zero_() + all_reduce would give the replicas "
-    "different graphs, a hang); XLA404 reports it, and without a process group the call fails",
-    ("ddp_helpers", "sagemaker", "2.9", "ddp"): "torch_xla 2.6.1's xla backend cannot run "
-    "dist.all_gather_into_tensor (ProcessGroupXla._allgather_base passes the output tensor where allgather "
-    "wants a list: IndexError: invalid index of a 0-dim tensor; 2.9.0 runs it)",
-}
+GAPS: dict[tuple[str, str, str, str], str] = {}  # (script, env, target, form)
 
 
 def _python(env: str):
@@ -89,6 +82,9 @@ def test_form_runs_with_the_original_losses(env, name, target, form):
         assert worst <= xp.FP32_TOLERANCE, f"{collective}: results differ by up to {worst}"
     if name == "ddp_helpers":
         assert set(expected) == {"all_reduce", "all_gather", "all_gather_into_tensor", "broadcast"}
+        if form == "ddp":
+            # XLA412: torch_xla 2.6.1's xla backend fails on all_gather_into_tensor (IndexError), runs all_gather
+            assert "dist.all_gather(list(stacked.chunk(dist.get_world_size())), curve * 2)" in code, code
         if form == "xm":
             # the mapped collectives, and the emptied ddp_setup()/cleanup() gone with their calls
             for mapped in ("xm.all_gather(curve.unsqueeze(0))", "stacked.copy_(xm.all_gather(curve * 2))",

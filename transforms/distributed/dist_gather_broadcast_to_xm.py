@@ -12,17 +12,23 @@ What it does:
               gathered.copy_(chunk)
 
     - ``dist.all_gather_into_tensor(output, input)`` -> ``output.copy_(xm.all_gather(input))``.
-    - ``dist.broadcast(tensor, src)`` -> ``xm.collective_broadcast([tensor], root_ordinal=src)`` (in place; the
-      ``2.9`` target only: torch_xla 2.1 added it, and the ``sagemaker`` target's API has none).
+    - ``dist.broadcast(tensor, src)`` -> ``xm.collective_broadcast([tensor], root_ordinal=src)`` (in place,
+      both targets: torch_xla has it since 1.13).
 
     A call with a process group (``group=``), ``async_op=``, unpacked arguments or whose value is used is left
-    as it is: XLA404 then keeps the process group on the ``xla`` backend (``2.9``) and reports the call.
+    as it is: XLA404 then keeps the process group on the ``xla`` backend (``2.9``) and reports the call (on
+    ``sagemaker``, whose API has no ``xla`` backend, it reports that the call needs an xm collective).
 
 Why:
     The xm form removes the process group (XLA404), so ``torch.distributed`` collectives have nothing to run
     on, and keeping the group only for them costs a second runtime. torch_xla's own collectives run inside
     the step's graph on the XLA devices; the rewrite keeps the script's tensors (the list it reads
     afterwards, the output buffer, the broadcast tensor) holding what ``torch.distributed`` put there.
+    ``xm.collective_broadcast`` runs the same graph on every replica (each multiplies its tensor by a 1 or a 0
+    sent as device data, then all of them all-reduce), so no replica waits in a collective the others never
+    compiled; a broadcast written as a per-replica branch (``if rank != src: tensor.zero_()``) would hang.
+    One difference: a NaN or infinity in a replica's tensor other than ``src``'s makes the result NaN
+    (0 * NaN), where ``dist.broadcast`` overwrites it.
 
 Example:
     gathered = [torch.zeros_like(metric) for _ in range(dist.get_world_size())]

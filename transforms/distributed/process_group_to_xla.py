@@ -10,10 +10,10 @@ What it does:
     - ``dist.is_initialized()`` -> ``xm.xrt_world_size() > 1`` (``xr.world_size() > 1`` on ``2.9``): the
       code it guarded ran when the script ran on several workers.
     - Where the script calls a collective without an xm form (``gather``, ``scatter``, ``all_gather_object``,
-      a ``broadcast`` on ``sagemaker``, or a call XLA410/XLA411 cannot rewrite: ``group=``, ``async_op=``,
-      its value used), the process group is kept on the ``2.9`` target instead, on the ``xla`` backend
-      (``init_process_group("xla", init_method="xla://")``), so the call keeps working; each such call
-      is reported. On ``sagemaker`` (no ``xla://``) it is reported as needing an xm collective.
+      or a call XLA410/XLA411 cannot rewrite: ``group=``, ``async_op=``, its value used), the process group
+      is kept on the ``2.9`` target instead, on the ``xla`` backend (``init_process_group("xla",
+      init_method="xla://")``), so the call keeps working; each such call is reported. On ``sagemaker``
+      (no ``xla://``) it is reported as needing an xm collective.
 
     In the ddp form (``--data-parallel ddp``, the ``2.9`` target's default) the process group stays, on
     torch_xla's backend: ``dist.init_process_group("nccl", init_method="env://", world_size=w, rank=r)`` ->
