@@ -10,7 +10,7 @@ import pytest
 from libcst._nodes.base import CSTNode
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from xla_migrate.positions import Positions
+from xla_migrate.positions import Positions, render
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.py"))
@@ -176,3 +176,13 @@ def _subclasses(cls):
     for sub in cls.__subclasses__():
         yield sub
         yield from _subclasses(sub)
+
+
+@pytest.mark.parametrize("path", FIXTURES[::7], ids=lambda p: str(p.relative_to(ROOT / "fixtures")))
+def test_render_gives_libcsts_code_for_modules_and_their_statements(path):
+    """positions.render (the engine's output render and code_of) is libcst's code_for_node, token for token."""
+    module = cst.parse_module(path.read_bytes())
+    assert render(module) == module.code
+    for statement in module.body[:20]:
+        assert render(statement, module) == module.code_for_node(statement)
+        assert render(statement) == cst.Module(body=[]).code_for_node(statement)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, leftovers, nesting
+from . import gate, leftovers, nesting, positions
 from .walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext
@@ -212,12 +212,12 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     applied = _applied(ctx, _apply_with_leftovers(ctx))
     # Module.code renders the whole tree each time it is read: render the output once per version (the
     # input's render came with its positions).
-    output = ctx.input_code if applied.module is module else applied.module.code
+    output = ctx.input_code if applied.module is module else positions.render(applied.module)
     if applied.module is not module:
         output_gate = gate.OutputGate(ctx.input_code)
         if output_gate.problem(output) is not None:
             applied = _withdraw_until_clean(ctx, output_gate)
-            output = ctx.input_code if applied.module is module else applied.module.code
+            output = ctx.input_code if applied.module is module else positions.render(applied.module)
     applied.report_overlaps(ctx)
     _drop_unapplied_derived_changes(ctx)
     return PipelineOutput(
@@ -281,7 +281,7 @@ def _withdraw_until_clean(ctx: MigrationContext, output_gate: gate.OutputGate) -
         applied = _applied(ctx, apply_edits(ctx, ctx.edits.keeping({id(c) for c in changes})))
         if applied.module is ctx.module:
             return applied, None
-        return applied, output_gate.problem(applied.module.code)
+        return applied, output_gate.problem(positions.render(applied.module))
 
     applied, problem = probe(pending)
     while problem is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from . import walk
+from . import positions, walk
 
 
 def string_value(node: cst.BaseExpression) -> str | None:
@@ -136,7 +136,7 @@ def is_pure(node: cst.BaseExpression) -> bool:
 
 
 def code_of(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    return positions.render(node)
 
 
 def is_docstring(statement: cst.CSTNode) -> bool:
