@@ -69,6 +69,8 @@ class ProjectIndex:
     by_name: dict[str, str]  # dotted module name -> relative path
     # relative path -> the relative paths it imports (resolved)
     edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # name -> instance_class's answer, filled as asked (the step model asks for every call of a name).
+    _instance_classes: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
 
     # Queries ---------------------------------------------------------------------------------------------
     def relative(self, path: str) -> str | None:
@@ -138,15 +140,17 @@ class ProjectIndex:
         """The project class an object called ``name`` is made from elsewhere in the project, when only one
         class is (an object made in ``main.py`` and passed to ``engine.py`` as a parameter of the same name):
         (defining file, class name)."""
-        found: set[tuple[str, str]] = set()
-        for other, info in self.modules.items():
-            for bound, class_name in info.instances:
-                if bound != name:
-                    continue
-                defined = self._class_file(other, class_name)
-                if defined is not None:
-                    found.add(defined)
-        return next(iter(found)) if len(found) == 1 else None
+        if name not in self._instance_classes:
+            found: set[tuple[str, str]] = set()
+            for other, info in self.modules.items():
+                for bound, class_name in info.instances:
+                    if bound != name:
+                        continue
+                    defined = self._class_file(other, class_name)
+                    if defined is not None:
+                        found.add(defined)
+            self._instance_classes[name] = next(iter(found)) if len(found) == 1 else None
+        return self._instance_classes[name]
 
     def _class_file(self, rel: str, class_name: str) -> tuple[str, str] | None:
         info = self.modules[rel]
@@ -276,19 +280,21 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     for statement in tree.body:
         _imports_of(statement, package, imports)
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            effects = _effects(statement)
+            calls = _calls_in(statement)
+            effects = _effects(calls)
             if effects:
                 helpers[statement.name] = effects
-            if _saves(statement):
+            if _saves(calls):
                 saves.append(statement.name)
         elif isinstance(statement, ast.ClassDef):
             classes.append(statement.name)
             for item in statement.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    effects = _effects(item)
+                    calls = _calls_in(item)
+                    effects = _effects(calls)
                     if effects:
                         helpers[f"{statement.name}.{item.name}"] = effects
-                    if _saves(item):
+                    if _saves(calls):
                         saves.append(f"{statement.name}.{item.name}")
         elif isinstance(statement, ast.If) and _is_main_guard(statement.test):
             main_block = True
@@ -369,11 +375,17 @@ def _receiver_name(call: ast.Call) -> str:
     return ""
 
 
-def _effects(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+def _calls_in(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
+    """Every call in the function (nested functions and classes included), walked once for ``_effects`` and
+    ``_saves``."""
+    return [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+
+
+def _effects(calls: list[ast.Call]) -> tuple[str, ...]:
     """("backward",) / ("step",) / both: what one call of the function does to the model's gradients."""
     backward = step = False
-    for node in ast.walk(function):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+    for node in calls:
+        if not isinstance(node.func, ast.Attribute):
             continue
         method = node.func.attr
         if method == "backward":
@@ -386,9 +398,8 @@ def _effects(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...
     return tuple(kind for kind, present in ((BACKWARD, backward), (STEP, step)) if present)
 
 
-def _saves(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(isinstance(n, ast.Call) and _dotted(n.func) in ("torch.save", "xm.save")
-               for n in ast.walk(function))
+def _saves(calls: list[ast.Call]) -> bool:
+    return any(_dotted(call.func) in ("torch.save", "xm.save") for call in calls)
 
 
 def _environment_variable(node: ast.AST) -> str | None:
