@@ -180,3 +180,36 @@ def test_no_visitor_class_is_defined_inside_a_function():
                 nested += [f"{path.name}:{node.lineno} {node.name}" for node in ast.walk(function)
                            if isinstance(node, ast.ClassDef) and node is not function]
     assert nested == []
+
+
+class _BatchRecorder(cst.BatchableCSTVisitor):
+    def __init__(self, tag: str, events: list) -> None:
+        super().__init__()
+        self.tag, self.events = tag, events
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.events.append((self.tag, "visit", id(node)))
+
+    def leave_Name(self, node: cst.Name) -> None:
+        self.events.append((self.tag, "leave", id(node)))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.events.append((self.tag, "visit", id(node)))
+
+    def leave_Attribute(self, node: cst.Attribute) -> None:
+        self.events.append((self.tag, "leave", id(node)))
+
+
+@pytest.mark.parametrize("name,module", list(_modules()), ids=lambda v: v if isinstance(v, str) else "")
+def test_walk_batched_makes_libcsts_batched_calls(name, module):
+    """walk_batched (the rules' walk) calls what libcst's visit_batched calls, in the same order."""
+    own: list = []
+    cst.visit_batched(module, [_BatchRecorder("a", own), _BatchRecorder("b", own)])
+    fast: list = []
+    first, second = _BatchRecorder("a", fast), _BatchRecorder("b", fast)
+    visits = {cst.Name: [first.visit_Name, second.visit_Name], cst.Call: [first.visit_Call, second.visit_Call]}
+    leaves = {cst.Name: [first.leave_Name, second.leave_Name],
+              cst.Attribute: [first.leave_Attribute, second.leave_Attribute]}
+    walk.walk_batched(module, visits, leaves)
+    assert fast == own
+    assert len(own) > 50

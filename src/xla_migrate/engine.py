@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, leftovers, nesting, positions
+from . import gate, leftovers, nesting, positions, walk
 from .walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext
@@ -155,6 +155,11 @@ class _BatchedRules(cst.CSTVisitor):
         # whether the file tests for XLA, and so has a CUDA path besides it).
         self._on_cuda_path = [cuda_paths.tests_for_xla] if cuda_paths is not None else [False]
 
+    def tables_by_type(self) -> tuple[dict[type, list], dict[type, list]]:
+        """The rules' visit and leave methods keyed by node type (for walk.walk_batched)."""
+        return ({getattr(cst, name): methods for name, methods in self._visits.items()},
+                {getattr(cst, name): methods for name, methods in self._leaves.items()})
+
     def _entering(self, node: cst.CSTNode) -> bool:
         path = self._cuda_paths.path_of_branch(node) if self._cuda_paths is not None else None
         if path is not None:
@@ -208,7 +213,11 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         ctx.set_rule_codes(frozenset(r.code for r in rules))
         if rules:
             cuda_paths = ctx.cuda_paths if ctx.facts.runs_on_xla else None
-            module.visit(_BatchedRules([rule(ctx) for rule in rules], cuda_paths))
+            batched = _BatchedRules([rule(ctx) for rule in rules], cuda_paths)
+            if cuda_paths is None:  # no CUDA paths to hide: the same calls, without the per-node branching
+                walk.walk_batched(module, *batched.tables_by_type())
+            else:
+                module.visit(batched)
     applied = _applied(ctx, _apply_with_leftovers(ctx))
     # Module.code renders the whole tree each time it is read: render the output once per version (the
     # input's render came with its positions).

@@ -137,6 +137,24 @@ def _walk_plain(node: CSTNode, visitor: cst.CSTVisitor, table: dict[type, tuple]
         leave(visitor, node)
 
 
+def walk_batched(node: CSTNode, visits: dict[type, list], leaves: dict[type, list]) -> None:
+    """Every method in ``visits[type(n)]`` on the way down to each node ``n`` and in ``leaves[type(n)]`` on
+    the way up, children always walked: libcst's batched visiting of several visitors, as a walk."""
+    node_type = type(node)
+    for method in visits.get(node_type, ()):
+        method(node)
+    for field, _ in child_fields(node_type):
+        value = getattr(node, field)
+        kind = _value_kinds.get(type(value)) or _kind(type(value))
+        if kind == _NODE:
+            walk_batched(value, visits, leaves)
+        elif kind == _SEQUENCE:
+            for child in value:
+                walk_batched(child, visits, leaves)
+    for method in leaves.get(node_type, ()):
+        method(node)
+
+
 def _visit(self: CSTNode, visitor):
     if not isinstance(visitor, cst.CSTVisitor):
         return _libcst_visit(self, visitor)
