@@ -138,27 +138,24 @@ class _BatchedRules(cst.CSTVisitor):
 
     def __init__(self, rules: list[Rule], cuda_paths: CudaPaths | None = None) -> None:
         super().__init__()
-        self._visits: dict[str, list] = {}
-        self._leaves: dict[str, list] = {}
+        # Node type -> the rules' methods for it.
+        self.visits: dict[type, list] = {}
+        self.leaves: dict[type, list] = {}
         # The same for the rules that only report: all that runs on a CUDA path of code already on XLA.
-        self._report_visits: dict[str, list] = {}
-        self._report_leaves: dict[str, list] = {}
+        self._report_visits: dict[type, list] = {}
+        self._report_leaves: dict[type, list] = {}
         for rule in rules:
-            tables = (("visit_", self._visits, self._report_visits), ("leave_", self._leaves, self._report_leaves))
+            tables = (("visit_", self.visits, self._report_visits), ("leave_", self.leaves, self._report_leaves))
             for prefix, table, report_table in tables:
-                for node_type in _handled_node_types(type(rule), prefix):
-                    table.setdefault(node_type, []).append(getattr(rule, prefix + node_type))
+                for name in _handled_node_types(type(rule), prefix):
+                    method = getattr(rule, prefix + name)
+                    table.setdefault(getattr(cst, name), []).append(method)
                     if rule.reports_only:
-                        report_table.setdefault(node_type, []).append(getattr(rule, prefix + node_type))
+                        report_table.setdefault(getattr(cst, name), []).append(method)
         self._cuda_paths = cuda_paths
         # Innermost first: whether the branch being walked is on a CUDA path (outside any gated branch:
         # whether the file tests for XLA, and so has a CUDA path besides it).
         self._on_cuda_path = [cuda_paths.tests_for_xla] if cuda_paths is not None else [False]
-
-    def tables_by_type(self) -> tuple[dict[type, list], dict[type, list]]:
-        """The rules' visit and leave methods keyed by node type (for walk.walk_batched)."""
-        return ({getattr(cst, name): methods for name, methods in self._visits.items()},
-                {getattr(cst, name): methods for name, methods in self._leaves.items()})
 
     def _entering(self, node: cst.CSTNode) -> bool:
         path = self._cuda_paths.path_of_branch(node) if self._cuda_paths is not None else None
@@ -167,8 +164,8 @@ class _BatchedRules(cst.CSTVisitor):
         return self._on_cuda_path[-1] and not isinstance(node, cst.Module)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        table = self._report_visits if self._entering(node) else self._visits
-        for method in table.get(type(node).__name__, ()):
+        table = self._report_visits if self._entering(node) else self.visits
+        for method in table.get(type(node), ()):
             method(node)
         return True
 
@@ -176,7 +173,7 @@ class _BatchedRules(cst.CSTVisitor):
         on_cuda_path = self._on_cuda_path[-1] and not isinstance(original_node, cst.Module)
         if self._cuda_paths is not None and self._cuda_paths.path_of_branch(original_node) is not None:
             self._on_cuda_path.pop()
-        for method in (self._report_leaves if on_cuda_path else self._leaves).get(type(original_node).__name__, ()):
+        for method in (self._report_leaves if on_cuda_path else self.leaves).get(type(original_node), ()):
             method(original_node)
 
 
@@ -187,9 +184,7 @@ def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
     every rule cost more than the rules' own work). Only the classes above libcst's can define one, so only
     their own names are read: ``dir()`` of a rule lists libcst's hundreds of no-ops (most of the start-up of
     a small file); the names come out sorted, as ``dir()`` gives them."""
-    libcst_classes = set(cst.BatchableCSTVisitor.__mro__)
-    candidates = {name for klass in rule_class.__mro__ if klass not in libcst_classes for name in vars(klass)
-                  if name.startswith(prefix)}
+    candidates = {name for name in walk.own_names(rule_class, cst.BatchableCSTVisitor) if name.startswith(prefix)}
     names = [name[len(prefix):] for name in sorted(candidates)
              if getattr(rule_class, name) is not getattr(cst.BatchableCSTVisitor, name, None)]
     return tuple(n for n in names if isinstance(getattr(cst, n, None), type))
@@ -215,7 +210,7 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
             cuda_paths = ctx.cuda_paths if ctx.facts.runs_on_xla else None
             batched = _BatchedRules([rule(ctx) for rule in rules], cuda_paths)
             if cuda_paths is None:  # no CUDA paths to hide: the same calls, without the per-node branching
-                walk.walk_batched(module, *batched.tables_by_type())
+                walk.walk_batched(module, batched.visits, batched.leaves)
             else:
                 module.visit(batched)
     applied = _applied(ctx, _apply_with_leftovers(ctx))

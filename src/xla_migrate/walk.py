@@ -44,6 +44,13 @@ def child_fields(node_type: type) -> tuple[tuple[str, bool], ...]:
     return tuple((name, name != "format_spec") for name in ordered)
 
 
+def own_names(cls: type, base: type) -> set[str]:
+    """The names the classes of ``cls``'s hierarchy define, leaving out ``base`` and the classes above it:
+    what a subclass of a libcst visitor may have overridden (``dir()`` lists libcst's hundreds of no-ops)."""
+    inherited = set(base.__mro__)
+    return {name for klass in cls.__mro__ if klass not in inherited for name in vars(klass)}
+
+
 @functools.lru_cache(maxsize=None)
 def _uses_attribute_hooks(visitor_type: type) -> bool:
     """The visitor does something in ``on_visit_attribute``/``on_leave_attribute``: it overrides them, or
@@ -52,8 +59,7 @@ def _uses_attribute_hooks(visitor_type: type) -> bool:
     if (visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
             or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute):
         return True
-    libcst_classes = set(cst.CSTVisitor.__mro__)
-    for name in {name for klass in visitor_type.__mro__ if klass not in libcst_classes for name in vars(klass)}:
+    for name in own_names(visitor_type, cst.CSTVisitor):
         prefix, _, rest = name.partition("_")
         if prefix in ("visit", "leave") and "_" in rest and getattr(visitor_type, name) is not getattr(
                 cst.CSTVisitor, name, None):
