@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, leftovers, nesting, positions, walk
+from . import gate, large_files, leftovers, nesting, positions, walk
 from .walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext
@@ -94,9 +94,14 @@ def parse(source: bytes | str) -> cst.Module | InputError:
         return InputError("contains NUL characters, not Python source")
     else:
         text = source
-    deep = nesting.too_deep_at(text)
+    deep, top_level = nesting.scan(text)
     if deep is not None:
         return too_deep_error(*deep)
+    if top_level is not None and large_files.is_large(text):
+        encoding = _libcst_encoding(source)
+        module = large_files.parse_in_pieces(text, top_level, encoding) if encoding is not None else None
+        if module is not None:
+            return module
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -105,6 +110,16 @@ def parse(source: bytes | str) -> cst.Module | InputError:
         return too_deep_error()
     except MemoryError:
         return InputError("cannot parse: out of memory")
+
+
+def _libcst_encoding(source: bytes | str) -> str | None:
+    """The encoding libcst's parse_module records for ``source`` (it detects it as Python does)."""
+    if isinstance(source, str):
+        return "utf-8"
+    try:
+        return tokenize.detect_encoding(io.BytesIO(source).readline)[0]
+    except SyntaxError:
+        return None
 
 
 def too_deep_error(line: int | None = None, column: int | None = None) -> InputError:
@@ -216,12 +231,14 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     applied = _applied(ctx, _apply_with_leftovers(ctx))
     # Module.code renders the whole tree each time it is read: render the output once per version (the
     # input's render came with its positions).
-    output = ctx.input_code if applied.module is module else positions.render(applied.module)
     if applied.module is not module:
-        output_gate = gate.OutputGate(ctx.input_code)
+        output_gate = _Gate(ctx)
+        output = output_gate.render(applied.module)
         if output_gate.problem(output) is not None:
             applied = _withdraw_until_clean(ctx, output_gate)
-            output = ctx.input_code if applied.module is module else positions.render(applied.module)
+            output = ctx.input_code if applied.module is module else output_gate.render(applied.module)
+    else:
+        output = ctx.input_code
     applied.report_overlaps(ctx)
     _drop_unapplied_derived_changes(ctx)
     return PipelineOutput(
@@ -270,7 +287,32 @@ def _applied(ctx: MigrationContext, applied: Applied) -> Applied:
     return applied
 
 
-def _withdraw_until_clean(ctx: MigrationContext, output_gate: gate.OutputGate) -> Applied:
+class _Gate:
+    """The output gate of one input, with the render it checks: a large file's outputs are rendered with
+    the offsets of their pieces, and checked a piece at a time (gate.py)."""
+
+    def __init__(self, ctx: MigrationContext) -> None:
+        self._large = large_files.is_large(ctx.input_code)
+        source_pieces = (lambda: _in_pieces(ctx.module)[1]) if self._large else None
+        self._gate = gate.OutputGate(ctx.input_code, source_pieces)
+        self._pieces: list[int] | None = None  # where the pieces of the output rendered last start
+
+    def render(self, module: cst.Module) -> str:
+        if not self._large:
+            return positions.render(module)
+        code, self._pieces = _in_pieces(module)
+        return code
+
+    def problem(self, output: str) -> str | None:
+        """What is wrong with ``output``, the code ``render`` returned last."""
+        return self._gate.problem(output, self._pieces)
+
+
+def _in_pieces(module: cst.Module) -> tuple[str, list[int]]:
+    return positions.render_in_pieces(module, large_files.PIECE_CHARS)
+
+
+def _withdraw_until_clean(ctx: MigrationContext, output_gate: _Gate) -> Applied:
     """Withdraw the edits that make the output fail the gate, keep the rest; each withdrawn edit becomes a
     finding that says what it would have produced.
 
@@ -285,7 +327,7 @@ def _withdraw_until_clean(ctx: MigrationContext, output_gate: gate.OutputGate) -
         applied = _applied(ctx, apply_edits(ctx, ctx.edits.keeping({id(c) for c in changes})))
         if applied.module is ctx.module:
             return applied, None
-        return applied, output_gate.problem(positions.render(applied.module))
+        return applied, output_gate.problem(output_gate.render(applied.module))
 
     applied, problem = probe(pending)
     while problem is not None:

@@ -8,13 +8,23 @@ analysed only when the output has such a name at all; measured cost in ``benchma
 
 When the gate fails, the engine finds the edits responsible by bisection over the change records,
 withdraws them and reports each as a finding (``engine.run_pipeline``).
+
+A large file (``large_files.py``) is checked a piece at a time, cut before top-level statements, both its
+output and its input: the ast of a 5 MB output alone is 0.73 GB. Each piece must compile (one with a
+``__future__`` import is compiled after a statement, so one that is no longer at the top fails as it would
+in the whole file), and pyflakes runs on each; a name it finds unbound in one piece does not count when a
+piece binds it at module level. What that cannot see, on both sides alike: a module-level statement that
+reads a name another piece binds only later.
 """
 
 from __future__ import annotations
 
 import ast
+import gc
+import re
 import warnings
 from collections import Counter
+from collections.abc import Callable
 
 from pyflakes import checker, messages
 
@@ -29,15 +39,18 @@ class OutputGate:
     """Judges outputs of one input. ``problem(output)`` is None for an output that may be written, else
     what is wrong with it, in words that fit after "it would have produced"."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, source_pieces: Callable[[], list[int]] | None = None) -> None:
+        """``source_pieces``: for a large file, gives the offsets where the source's pieces start (the
+        outputs then come with theirs)."""
         self.source = source
+        self._source_pieces = source_pieces
         self._input: tuple[bool, Counter[_Key] | None] | None = None  # (compiles, unbound names)
 
-    def problem(self, output: str) -> str | None:
-        tree, error = _compiled(output)
-        if error is not None:
-            return None if not self._input_analysis()[0] else f"code that does not compile ({error})"
-        unbound = _unbound_names(tree)
+    def problem(self, output: str, pieces: list[int] | None = None) -> str | None:
+        """``pieces``: where the output's pieces start (given for a large file, and only then)."""
+        compiles, unbound = _analysis(output, pieces, names_when_broken=False)
+        if compiles is not True:
+            return None if not self._input_analysis()[0] else f"code that does not compile ({compiles})"
         if not unbound:
             return None
         before = self._input_analysis()[1]
@@ -51,12 +64,61 @@ class OutputGate:
 
     def _input_analysis(self) -> tuple[bool, Counter[_Key] | None]:
         if self._input is None:
-            tree, error = _compiled(self.source)
-            if tree is None:
-                self._input = (False, None)
-            else:
-                self._input = (error is None, Counter(key for key, _ in _unbound_names(tree)))
+            pieces = self._source_pieces() if self._source_pieces is not None else None
+            compiles, unbound = _analysis(self.source, pieces, names_when_broken=True)
+            self._input = (compiles is True, None if unbound is None else Counter(key for key, _ in unbound))
         return self._input
+
+
+def _analysis(code: str, pieces: list[int] | None,
+              names_when_broken: bool) -> tuple[bool | str, list[tuple[_Key, int]] | None]:
+    """(True, or the compile error; the unbound names with their lines, None when the code does not parse
+    or, unless ``names_when_broken``, does not compile): of the whole code, or of each piece when
+    ``pieces`` says where they start."""
+    if pieces is None:
+        tree, error = _compiled(code)
+        if tree is None or (error is not None and not names_when_broken):
+            return error or True, None
+        return error or True, _unbound_names(tree)
+    # pyflakes links each ast node to its parent (a cycle per node): a piece's tree is freed only by a
+    # collection, and the migration pauses the collector. Frozen, the migration's own objects are left out
+    # of the collection after each piece, which then scans only that piece's.
+    gc.freeze()
+    try:
+        return _analysis_in_pieces(code, pieces, names_when_broken)
+    finally:
+        gc.unfreeze()
+
+
+def _analysis_in_pieces(code: str, pieces: list[int],
+                        names_when_broken: bool) -> tuple[bool | str, list[tuple[_Key, int]] | None]:
+    first_error, found, bound, parsed = None, [], set(), True
+    for start, end in zip(pieces, [*pieces[1:], len(code)]):
+        piece = code[start:end]
+        # After a statement, a __future__ import that is no longer the first fails as in the whole file.
+        prefix = "0\n" if start and "__future__" in piece else ""
+        tree, error = _compiled(prefix + piece)
+        shift = code.count("\n", 0, start) - prefix.count("\n")  # the piece's lines counted in the code
+        if error is not None and first_error is None:
+            first_error = _shifted(error, shift)
+        if first_error is not None and not names_when_broken:
+            return first_error, None
+        if tree is None:
+            parsed = False
+            continue
+        checked = checker.Checker(tree, filename="<output>")
+        found += [(key, line + shift) for key, line in _unbound_messages(checked)]
+        module_scope = checked.deadScopes[-1]
+        bound.update(name for name, binding in module_scope.items() if not isinstance(binding, checker.Builtin))
+        del tree, checked, module_scope
+        gc.collect()
+    unbound = [(key, line) for key, line in found if key[0] == "unassigned" or key[1] not in bound]
+    return first_error or True, unbound if parsed else None
+
+
+def _shifted(error: str, lines: int) -> str:
+    """A piece's compile error, its line counted in the whole code."""
+    return re.sub(r"output line (\d+)$", lambda match: f"output line {int(match.group(1)) + lines}", error)
 
 
 def _compiled(code: str) -> tuple[ast.Module | None, str | None]:
@@ -81,8 +143,12 @@ def _describe(error: BaseException) -> str:
 
 
 def _unbound_names(tree: ast.Module) -> list[tuple[_Key, int]]:
+    return _unbound_messages(checker.Checker(tree, filename="<output>"))
+
+
+def _unbound_messages(checked: checker.Checker) -> list[tuple[_Key, int]]:
     found = []
-    for message in checker.Checker(tree, filename="<output>").messages:
+    for message in checked.messages:
         if isinstance(message, _UNBOUND):
             kind = "unassigned" if isinstance(message, messages.UndefinedLocal) else "undefined"
             found.append(((kind, message.message_args[0]), message.lineno))

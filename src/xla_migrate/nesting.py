@@ -23,6 +23,7 @@ import io
 import re
 import token
 import tokenize
+from dataclasses import dataclass, field
 
 MAX_DEPTH = 200
 BRACKET_WEIGHT = 3
@@ -52,33 +53,58 @@ class TooDeep(Exception):
         self.line, self.column = line, column
 
 
+@dataclass
+class TopLevel:
+    """Where the top-level statements lie, from the same tokens (large_files.py parses a large file in
+    pieces cut there)."""
+
+    # The line (from 1) of each top-level statement's first token: its first decorator, if any. The
+    # ``elif``/``else``/``except``/``finally`` clauses of a top-level compound statement are not statements.
+    statement_lines: list[int] = field(default_factory=list)
+    # The line of each top-level block's first indented line (where the tokenizer indents from column 0).
+    indent_lines: list[int] = field(default_factory=list)
+
+
 def too_deep_at(text: str) -> tuple[int, int] | None:
-    """(line, column) of the first token nested deeper than ``MAX_DEPTH``, or None.
+    """(line, column) of the first token nested deeper than ``MAX_DEPTH``, or None."""
+    return scan(text)[0]
+
+
+def scan(text: str) -> tuple[tuple[int, int] | None, TopLevel | None]:
+    """(line, column) of the first token nested deeper than ``MAX_DEPTH`` (or None), and the top-level
+    statements (None when the text does not tokenize, or is refused).
 
     Tokenizing errors end the check quietly: the parser reports them, and everything before the error
     was within the limit."""
+    top_level = TopLevel()
     try:
-        _check(tokenize.generate_tokens(io.StringIO(text).readline))
+        _check(tokenize.generate_tokens(io.StringIO(text).readline), top_level)
     except TooDeep as deep:
-        return deep.line, deep.column
+        return (deep.line, deep.column), None
     except (tokenize.TokenError, SyntaxError, ValueError):
-        pass
-    return None
+        return None, None
+    return None, top_level
 
 
-def _check(tokens) -> None:
+_CLAUSES = {"elif", "else", "except", "finally"}
+
+
+def _check(tokens, top_level: TopLevel) -> None:
     # One entry per open bracket (the outermost is the statement): [depth where it starts, chain count].
     levels: list[list[int]] = [[0, 0]]
     indent = 0
     # Per indentation level, the elif/else branches of the chain now open there.
     branches: list[int] = [0]
     at_statement_start = True
+    after_decorator = False  # the last top-level logical line was a decorator
     previous: tokenize.TokenInfo | None = None
     for tok in tokens:
         kind, value = tok.type, tok.string
         if kind == token.INDENT:
             indent += 1
             branches.append(0)
+            if indent == 1:
+                top_level.indent_lines.append(tok.start[0])
             continue
         if kind == token.DEDENT:
             indent -= 1
@@ -93,6 +119,10 @@ def _check(tokens) -> None:
             continue
         if at_statement_start:
             at_statement_start = False
+            if indent == 0:
+                if not after_decorator and not (kind == token.NAME and value in _CLAUSES):
+                    top_level.statement_lines.append(tok.start[0])
+                after_decorator = kind == token.OP and value == "@"
             if kind == token.NAME and value in ("elif", "else"):
                 branches[indent] += 1
             elif not (kind == token.NAME and value in ("except", "finally", "case")):
