@@ -10,6 +10,7 @@ import pytest
 from libcst._nodes.base import CSTNode
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from xla_migrate import walk
 from xla_migrate.positions import Positions, render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,6 +115,8 @@ def _assert_libcsts_positions(module: cst.Module) -> None:
     for node, code_range in expected.items():
         assert positions.start(node) == (code_range.start.line, code_range.start.column)
         assert positions.end(node) == (code_range.end.line, code_range.end.column)
+    # The parents come from the same render: every node's, as the tree holds them.
+    assert positions.parents == walk.parents(module)
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: str(p.relative_to(ROOT / "fixtures")))

@@ -125,7 +125,7 @@ class MigrationContext:
         # needs the render anyway (the input's code, for the gate and for an unchanged file).
         self._positions = Positions(self.module)
         self.input_code: str = self._positions.code
-        self._parents = walk.parents(self.module)
+        self._parents = self._positions.parents
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
         # This file's view of the project index (project.py), or None: migrated alone.
         self.project = project

@@ -1,4 +1,4 @@
-"""Node positions from one render of the module, at about the cost of printing it.
+"""Node positions (and parents) from one render of the module, at about the cost of printing it.
 
 libcst's PositionProvider splits every token with a regex to keep a running line and column, and enters a
 generator context manager per syntactic node: about seven times a plain ``Module.code``. Here the render
@@ -31,7 +31,7 @@ class _OffsetCodegenState(CodegenState):
     semantics of libcst's PositionProvidingCodegenState: a node's syntactic position (recorded by its own
     codegen, possibly hoisted from a child's) is not overwritten by the whitespace-inclusive one."""
 
-    __slots__ = ("offset", "_indent_width", "ranges", "_starts", "_syntactic", "popped")
+    __slots__ = ("offset", "_indent_width", "ranges", "parents", "_starts", "_open", "_syntactic", "popped")
 
     def __init__(self, default_indent: str, default_newline: str) -> None:
         super().__init__(default_indent, default_newline)
@@ -39,6 +39,9 @@ class _OffsetCodegenState(CodegenState):
         self._indent_width = 0
         self.ranges: dict[cst.CSTNode, int] = {}  # start << _SHIFT | end
         self._starts: list[int] = []
+        # Child -> parent, from the nodes being rendered: what walk.parents gives, for no walk of its own.
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._open: list[cst.CSTNode] = []
         self._syntactic: list[tuple[cst.CSTNode, cst.CSTNode | None, cst.CSTNode | None, int]] = []
         # The module's final newline, which libcst drops when the file has none (positions still count it).
         self.popped = ""
@@ -60,8 +63,12 @@ class _OffsetCodegenState(CodegenState):
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         self._starts.append(self.offset)
+        if self._open:
+            self.parents[node] = self._open[-1]
+        self._open.append(node)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
+        self._open.pop()
         start = self._starts.pop()
         if node not in self.ranges:
             self.ranges[node] = start << _SHIFT | self.offset
@@ -149,6 +156,7 @@ class Positions:
         state = _OffsetCodegenState(module.default_indent, module.default_newline)
         module._codegen(state)
         self._ranges = state.ranges
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = state.parents  # child -> parent, every node but the module
         self.code: str = "".join(state.tokens)
         self._line_starts = _line_starts(state.tokens, state.popped, self.code)
 
