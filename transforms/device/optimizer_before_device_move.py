@@ -62,16 +62,10 @@ class OptimizerBeforeDeviceMove(Rule):
         # (scope, name) -> the model whose parameters the name holds (`decay = [p for n, p in
         # model.named_parameters() if ...]`), for optimizers built from such lists.
         self._parameter_lists: dict[tuple[object, str], list[str]] = {}
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        models = self._parameters_read_in(node.value)
-        if models:
-            scope = self.ctx.function_scope(node)
-            for target in node.targets:
-                if isinstance(target.target, cst.Name):
-                    self._parameter_lists[(scope, target.target.value)] = models
+        self._assigned_by: dict[tuple[object, str], cst.Assign] = {}  # the assignment each list is from
 
     def visit_Call(self, node: cst.Call) -> None:
+        self._note_parameter_list(node)
         if self._is_optimizer(node):
             for model in self._models_in(node):
                 self._optimizers.setdefault(self.ctx.function_scope(node), []).append(
@@ -96,6 +90,33 @@ class OptimizerBeforeDeviceMove(Rule):
                     f"keeps the old CPU ones and the model does not train",
                     f"move `{short(move.node)}` above line {first.line}, so that the optimizer is built from "
                     f"the parameters on the device")
+
+    def _note_parameter_list(self, node: cst.Call) -> None:
+        """``model.parameters()`` in the value of ``name = ...``: ``name`` holds ``model``'s parameters.
+        Noted from the call (each is visited anyway; walking every assigned value for such calls was this
+        rule's main cost), so an assignment's list grows by its calls in source order."""
+        method = patterns.method_call(node, *PARAMETER_METHODS)
+        model = patterns.dotted_name(method.value) if method is not None else None
+        assignment = self._assignment_valued_with(node) if model is not None else None
+        if assignment is None:
+            return
+        scope = self.ctx.function_scope(assignment)
+        for target in assignment.targets:
+            if isinstance(target.target, cst.Name):
+                key = (scope, target.target.value)
+                models = self._parameter_lists.get(key)
+                if models is None or self._assigned_by.get(key) is not assignment:
+                    models = self._parameter_lists[key] = []  # a later assignment of the name replaces it
+                    self._assigned_by[key] = assignment
+                if model not in models:
+                    models.append(model)
+
+    def _assignment_valued_with(self, node: cst.CSTNode) -> cst.Assign | None:
+        """The assignment whose value holds ``node`` (through lambdas and comprehensions), if any."""
+        child, parent = node, self.ctx.parent(node)
+        while parent is not None and not isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            child, parent = parent, self.ctx.parent(parent)
+        return parent if isinstance(parent, cst.Assign) and parent.value is child else None
 
     def _is_optimizer(self, node: cst.Call) -> bool:
         return any(n.startswith(OPTIMIZER_MODULES) and not any(x in n for x in NOT_OPTIMIZERS)
