@@ -1,0 +1,47 @@
+"""patterns.string_value reads a literal's value off its text where it can: always libcst's evaluated value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from xla_migrate import engine, patterns
+
+ROOT = Path(__file__).resolve().parent.parent
+LITERALS = ["''", '""""""', "u'a'", "R'a\\\\b'", "r'a\\nb'", "'a\\nb'", "rb'a'", "BR'a'", "b''", "'''a\"b'''",
+            '"""a\r\nb"""', '"""a\rb"""', "'\\N{BULLET}'", "'é 😀'", 'U"q"', "'a\\\nb'", "'\\x41'"]
+
+
+def _evaluated(node: cst.SimpleString) -> str | None:
+    value = node.evaluated_value
+    return value if isinstance(value, str) else None
+
+
+class _Strings(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[cst.SimpleString] = []
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        self.found.append(node)
+
+
+@pytest.mark.parametrize("literal", LITERALS)
+def test_a_literal_has_libcsts_evaluated_value(literal):
+    node = cst.parse_expression(literal)
+    assert patterns.string_value(node) == _evaluated(node)
+
+
+def test_every_string_of_every_fixture_has_libcsts_evaluated_value():
+    strings = _Strings()
+    for path in sorted((ROOT / "fixtures").rglob("*.py")):
+        text = engine.check_input(path.read_bytes())
+        if isinstance(text, str):
+            try:
+                cst.parse_module(text).visit(strings)
+            except cst.ParserSyntaxError:
+                continue
+    assert len(strings.found) > 1000
+    assert [n.value for n in strings.found if patterns.string_value(n) != _evaluated(n)] == []
