@@ -213,3 +213,16 @@ def test_walk_batched_makes_libcsts_batched_calls(name, module):
     walk.walk_batched(module, visits, leaves)
     assert fast == own
     assert len(own) > 50
+
+
+def test_every_node_class_hashes_by_identity_in_c():
+    """walk.py gives libcst's node classes object's own identity hash (libcst's is the same, in Python)."""
+    classes, todo = [], [CSTNode]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        classes.append(cls)
+    assert len(classes) > 200
+    assert [cls.__name__ for cls in classes if cls.__hash__ is not object.__hash__] == []
+    first, second = cst.Name("x"), cst.Name("x")
+    assert first == first and first != second and len({first: 1, second: 2}) == 2

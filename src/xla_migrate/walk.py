@@ -31,6 +31,26 @@ _lock = threading.Lock()
 _depth = 0
 
 
+def _hash_nodes_by_identity_in_c() -> None:
+    """libcst hashes a node by identity, in Python (``return id(self)``, copied onto every node class): the
+    pipeline's dicts keyed by nodes (positions, parents, scopes, caches) called it millions of times, a few
+    percent of a migration. ``object.__hash__`` is the same identity hash, in C. Set once, when xla_migrate
+    is imported, on libcst's node classes and so on any defined later (they copy CSTNode's): a dict of nodes
+    built before that import would no longer find its keys."""
+    libcst_hash = CSTNode.__dict__["__hash__"]
+    if libcst_hash is object.__hash__:
+        return
+    classes = [CSTNode]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        if cls.__dict__.get("__hash__") is libcst_hash:
+            cls.__hash__ = object.__hash__
+
+
+_hash_nodes_by_identity_in_c()
+
+
 @functools.lru_cache(maxsize=None)
 def child_fields(node_type: type) -> tuple[tuple[str, bool], ...]:
     """(field, hooks when None) of a node type's children, in the order libcst visits them: the field names
