@@ -389,3 +389,15 @@ def test_project_report_matches_the_schema():
     report = _json_run(str(FIXTURE), "--check", "--target", "2.9")
     assert "project" in report
     jsonschema.validate(report, schema)
+
+
+def test_walk_ast_gives_ast_walks_nodes_in_its_order():
+    import ast
+
+    from xla_migrate.project import walk_ast
+
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    trees = [ast.parse(path.read_bytes()) for path in sorted((root / "realistic").glob("*.py"))]
+    assert len(trees) > 10
+    for tree in trees:
+        assert walk_ast(tree) == list(ast.walk(tree))

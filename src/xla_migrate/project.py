@@ -302,7 +302,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     launcher = False
     distributed: list[tuple[int, str]] = []
     instances: list[tuple[str, str]] = []
-    for node in ast.walk(tree):
+    for node in walk_ast(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
             _imports_of(node, package, imports)
         elif isinstance(node, ast.Call):
@@ -378,7 +378,26 @@ def _receiver_name(call: ast.Call) -> str:
 def _calls_in(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
     """Every call in the function (nested functions and classes included), walked once for ``_effects`` and
     ``_saves``."""
-    return [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+    return [node for node in walk_ast(function) if isinstance(node, ast.Call)]
+
+
+def walk_ast(tree: ast.AST) -> list[ast.AST]:
+    """``list(ast.walk(tree))``, in the same order (breadth first), for about half its time (no generators)."""
+    nodes = [tree]
+    index = 0
+    append, AST = nodes.append, ast.AST
+    while index < len(nodes):
+        node = nodes[index]
+        index += 1
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, AST):
+                append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if isinstance(item, AST):
+                        append(item)
+    return nodes
 
 
 def _effects(calls: list[ast.Call]) -> tuple[str, ...]:
