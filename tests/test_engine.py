@@ -263,3 +263,52 @@ def patterns_code(node):
     from xla_migrate.patterns import code_of
 
     return code_of(node)
+
+
+def test_torch_names_only_methods_run_for_torch_rooted_nodes_only_in_their_order():
+    calls = []
+
+    class _Method:
+        def __init__(self, name, marked):
+            self.name, self.torch_names_only = name, marked
+
+        def __call__(self, node):
+            calls.append(self.name)
+
+    first, marked, last = _Method("first", False), _Method("marked", True), _Method("last", False)
+    visits = {cst.Name: [first, marked, last], cst.Attribute: [marked], cst.Call: [first]}
+    dispatched = engine._with_torch_root_dispatch(visits, frozenset({"torch", "amp"}))
+    assert dispatched[cst.Call] == [first]
+    for node, expected in [(cst.Name("torch"), ["first", "marked", "last"]), (cst.Name("model"), ["first", "last"]),
+                           (cst.parse_expression("amp.autocast().x"), ["marked"]),
+                           (cst.parse_expression("model.cuda"), []), (cst.parse_expression("'a'.join"), [])]:
+        calls.clear()
+        for method in dispatched[type(node)]:
+            method(node)
+        assert calls == expected
+    # A script that binds torch itself: every method runs on every node.
+    assert engine._with_torch_root_dispatch(visits, None) is visits
+
+
+def test_only_name_and_attribute_visits_are_marked_torch_names_only():
+    from xla_migrate.registry import all_rules
+
+    marked = [(rule.__name__, name) for rule in all_rules() for name in dir(rule)
+              if getattr(getattr(rule, name, None), "torch_names_only", False)]
+    assert len(marked) >= 6
+    assert {name for _, name in marked} <= {"visit_Name", "visit_Attribute"}
+
+
+def test_the_torch_root_dispatch_changes_no_migration(monkeypatch):
+    """Every fixture migrates to the same output, changes and findings with the marked methods called on
+    every node (the dispatch only skips calls that do nothing)."""
+    from xla_migrate import migrate
+
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    paths = sorted((root / "realistic").glob("*.py")) + sorted((root / "examples").glob("*.py"))
+    dispatched = [migrate(path.read_bytes()) for path in paths]
+    monkeypatch.setattr(engine, "_with_torch_root_dispatch", lambda visits, roots: visits)
+    for path, expected in zip(paths, dispatched):
+        result = migrate(path.read_bytes())
+        assert (result.code, result.changes, result.findings) == \
+            (expected.code, expected.changes, expected.findings), path.name

@@ -29,7 +29,7 @@ NodeFactory = Callable[[cst.CSTNode], cst.CSTNode]
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
 
 
-def _root_name(node: cst.CSTNode) -> str | None:
+def root_name(node: cst.CSTNode) -> str | None:
     """The first name of the dotted name libcst resolves for ``node`` (through attributes, calls and
     subscripts, as ``get_full_name_for_node`` does); None when it has none."""
     while True:
@@ -194,11 +194,18 @@ class MigrationContext:
         node's dotted name, or is a local one: the binding's own dotted name under its scope's prefix
         (``f.<locals>.x``), in torch only for a root ``torch`` or a module-level non-import binding of
         ``torch`` (``def torch``). The rules that look for torch.cuda in every name and attribute ask this."""
-        root = _root_name(node)
+        root = root_name(node)
         if root is None or not (root == "torch" or root in self.facts.import_bound_names
                                 or self._binds_torch_locally()):
             return set()
         return {name for name in self.qualnames(node) if name == "torch" or name.startswith("torch.")}
+
+    def torch_roots(self) -> frozenset[str] | None:
+        """The first names a node must start with for ``torch_names`` to give anything (None: any name may,
+        since the script binds ``torch`` itself)."""
+        if self._binds_torch_locally():
+            return None
+        return frozenset({"torch", *self.facts.import_bound_names})
 
     def _binds_torch_locally(self) -> bool:
         if self._torch_bound_locally is None:

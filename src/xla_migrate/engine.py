@@ -21,7 +21,7 @@ import libcst as cst
 from . import gate, large_files, leftovers, nesting, positions, walk
 from .walk import fast_visits
 from .apply import Applied, apply_edits
-from .context import MigrationContext
+from .context import MigrationContext, root_name
 from .cuda_paths import CudaPaths
 from .imports import add_imports, remove_dead_imports
 from .records import Change, Finding, InputError
@@ -192,6 +192,31 @@ class _BatchedRules(cst.CSTVisitor):
             method(original_node)
 
 
+def _with_torch_root_dispatch(visits: dict[type, list], roots: frozenset[str] | None) -> dict[type, list]:
+    """``visits`` with the Name and Attribute methods marked ``rule.torch_names_only`` called only for the
+    nodes whose root is in ``roots`` (all of them, in their order, for those; the others for the rest)."""
+    if roots is None:
+        return visits
+    dispatched = dict(visits)
+    for node_type, root_of in ((cst.Name, _name_value), (cst.Attribute, root_name)):
+        methods = visits.get(node_type, [])
+        others = [method for method in methods if not getattr(method, "torch_names_only", False)]
+        if len(others) < len(methods):
+            dispatched[node_type] = [_dispatcher(methods, others, roots, root_of)]
+    return dispatched
+
+
+def _dispatcher(methods: list, others: list, roots: frozenset[str], root_of):
+    def dispatch(node: cst.CSTNode) -> None:
+        for method in (methods if root_of(node) in roots else others):
+            method(node)
+    return dispatch
+
+
+def _name_value(node: cst.Name) -> str:
+    return node.value
+
+
 @functools.lru_cache(maxsize=None)
 def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
     """Node type names a rule class has its own ``visit_X``/``leave_X`` methods for (attribute hooks
@@ -225,7 +250,8 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
             cuda_paths = ctx.cuda_paths if ctx.facts.runs_on_xla else None
             batched = _BatchedRules([rule(ctx) for rule in rules], cuda_paths)
             if cuda_paths is None:  # no CUDA paths to hide: the same calls, without the per-node branching
-                walk.walk_batched(module, batched.visits, batched.leaves)
+                walk.walk_batched(module, _with_torch_root_dispatch(batched.visits, ctx.torch_roots()),
+                                  batched.leaves)
             else:
                 module.visit(batched)
     applied = _applied(ctx, _apply_with_leftovers(ctx))

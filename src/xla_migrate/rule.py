@@ -20,6 +20,14 @@ FixSafety = Literal["safe", "review"]
 ALL_TARGETS: tuple[str, ...] = ("sagemaker", "2.9")
 
 
+def torch_names_only(method):
+    """Marks a rule's ``visit_Name``/``visit_Attribute`` that does nothing for a node without torch names
+    (``ctx.torch_names(node)`` empty): the batched walk then calls it only for the names and attribute chains
+    whose root can have some (``MigrationContext.torch_roots``), since most names in a script cannot."""
+    method.torch_names_only = True
+    return method
+
+
 class Rule(BatchableCSTVisitor):
     code: ClassVar[str]
     name: ClassVar[str]

@@ -35,7 +35,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.rule import Rule, torch_names_only
 from xla_migrate.transforms.common import imported_from, joined, keyword_arg, short
 
 # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)
@@ -188,9 +188,11 @@ class CudaAutocastToXla(Rule):
         return True
 
     # Autocast as a value (``partial(torch.autocast, ...)``, ``ctx = torch.cuda.amp.autocast``) --------------
+    @torch_names_only
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._reference(node)
 
+    @torch_names_only
     def visit_Name(self, node: cst.Name) -> None:
         self._reference(node)
 

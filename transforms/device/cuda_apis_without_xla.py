@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.rule import Rule
+from xla_migrate.rule import Rule, torch_names_only
 from xla_migrate.targets import MODULE_PLACEHOLDERS
 from xla_migrate.transforms.device.legacy_cuda_tensor_types import DTYPES as LEGACY_TYPES
 
@@ -115,9 +115,11 @@ class CudaApisWithoutXlaForm(Rule):
         name = next(n for n in sorted(self.ctx.torch_names(node)) if _api(n))
         self.finding(node, f"{message}: {name}", fix)
 
+    @torch_names_only
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._check(node)
 
+    @torch_names_only
     def visit_Name(self, node: cst.Name) -> None:
         parent = self.ctx.parent(node)
         if isinstance(parent, cst.Attribute) and parent.attr is node:

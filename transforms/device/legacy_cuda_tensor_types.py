@@ -34,7 +34,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.rule import Rule, torch_names_only
 from xla_migrate.transforms.common import short
 
 # Legacy type name -> the dtype it holds.
@@ -80,9 +80,11 @@ class LegacyCudaTensorTypes(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         self._calls.append(node)
 
+    @torch_names_only
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._reference(node)
 
+    @torch_names_only
     def visit_Name(self, node: cst.Name) -> None:
         parent = self.ctx.parent(node)
         if not (isinstance(parent, cst.Attribute) and parent.attr is node):
