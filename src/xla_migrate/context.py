@@ -119,7 +119,7 @@ class MigrationContext:
         # Qualified names are asked of the scopes per node, when a rule asks (what libcst's
         # QualifiedNameProvider does for every node of the module up front).
         self.scopes: dict[cst.CSTNode, Scope] = resolve_scopes(wrapper)
-        self._qualnames: dict[cst.CSTNode, set[str]] = {}
+        self._qualnames: dict[cst.CSTNode, frozenset[str]] = {}
         # Rendered here, not when a record first needs a position: that is deep inside the rules' traversal,
         # and rendering the module on top of that stack overflows on input at the nesting limit. The output
         # needs the render anyway (the input's code, for the gate and for an unchanged file).
@@ -180,13 +180,14 @@ class MigrationContext:
         return self._cuda_paths
 
     # Metadata --------------------------------------------------------------------------------------------
-    def qualnames(self, node: cst.CSTNode) -> set[str]:
+    def qualnames(self, node: cst.CSTNode) -> frozenset[str]:
+        """The node's qualified names (libcst's QualifiedNameProvider, by name), resolved on first ask."""
         names = self._qualnames.get(node)
         if names is None:
             scope = self.scopes.get(node)
-            names = {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+            names = frozenset(q.name for q in scope.get_qualified_names_for(node)) if scope else frozenset()
             self._qualnames[node] = names
-        return set(names)
+        return names
 
     def torch_names(self, node: cst.CSTNode) -> set[str]:
         """The qualified names of ``node`` in torch (``torch`` or ``torch.*``): ``qualnames`` filtered, without
@@ -215,7 +216,7 @@ class MigrationContext:
         return self._torch_bound_locally
 
     def is_call_to(self, node: cst.CSTNode, *names: str) -> bool:
-        return isinstance(node, cst.Call) and bool(self.qualnames(node.func) & set(names))
+        return isinstance(node, cst.Call) and not self.qualnames(node.func).isdisjoint(names)
 
     def position(self, node: cst.CSTNode) -> tuple[int, int]:
         """(line, column) where ``node`` starts, both from 1; (0, 0) for a node not in the input."""
