@@ -20,7 +20,9 @@ when it exists, see docs/corpus.md, and ``fixtures/realistic``). Files libcst ca
   -j 1``), from its own venv: ``python3 -m venv ~/.cache/xla-migrate/torchfix-0.7.0 &&
   ~/.cache/xla-migrate/torchfix-0.7.0/bin/pip install torchfix==0.7.0`` (skipped with a note when absent);
 - start-up: ``xla-migrate --version``, and one small file (fixtures/examples/train_cuda.py, 53 lines) end to
-  end, best of 5 each;
+  end, best of 5 each, with Python's bytecode cache as an installed tool has it (and the small file in the
+  environment as it is too: under ``PYTHONDONTWRITEBYTECODE`` an editable install compiles its modules on
+  every start);
 - the generated 5 MB script (benchmarks/large_file.py): wall time and the process's own peak memory
   (``--large 0`` skips it).
 
@@ -121,11 +123,11 @@ def copy_files(files: list[tuple[Path, Path]], into: Path) -> None:
         shutil.copyfile(path, target)
 
 
-def timed_run(command: list[str], cwd: Path | None = None, ok=(0, 1)) -> tuple[float, int]:
+def timed_run(command: list[str], cwd: Path | None = None, ok=(0, 1), env=None) -> tuple[float, int]:
     """Wall seconds and peak resident memory (MB) of one child process, measured for that child alone."""
     with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: a full pipe would stall the child
         start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -136,8 +138,8 @@ def timed_run(command: list[str], cwd: Path | None = None, ok=(0, 1)) -> tuple[f
     return wall, usage.ru_maxrss // 1024
 
 
-def best_of(runs: int, command: list[str], cwd: Path) -> float:
-    return min(timed_run(command, cwd)[0] for _ in range(runs))
+def best_of(runs: int, command: list[str], cwd: Path, env=None) -> float:
+    return min(timed_run(command, cwd, env=env)[0] for _ in range(runs))
 
 
 def main() -> None:
@@ -213,10 +215,22 @@ def main() -> None:
 
         small = temp / "small.py"
         shutil.copyfile(SMALL, small)
-        t_version = best_of(5, [str(CLI), "--version"], temp)
-        t_small = best_of(5, [str(CLI), "small.py", "--out", "small_xla.py", "-q"], temp)
+        # As an installed tool runs: with Python's bytecode cache (pip compiles it at install; one run first
+        # writes it for an editable install). Under PYTHONDONTWRITEBYTECODE (set in some sandboxes) an
+        # editable install compiles its modules on every start: the figure in the environment as it is,
+        # printed too.
+        # The caches go under the run's temporary folder (PYTHONPYCACHEPREFIX), not into the checkout.
+        plain = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+        cached = {**plain, "PYTHONPYCACHEPREFIX": str(temp / "pycache")}
+        small_run = [str(CLI), "small.py", "--out", "small_xla.py", "-q"]
+        timed_run(small_run, temp, env=cached)
+        t_version = best_of(5, [str(CLI), "--version"], temp, env=cached)
+        t_small = best_of(5, small_run, temp, env=cached)
+        t_small_as_is = best_of(5, small_run, temp)
+        uncached = f"; {t_small_as_is:.3f} s in this environment as it is" + (
+            ", where PYTHONDONTWRITEBYTECODE is set" if "PYTHONDONTWRITEBYTECODE" in os.environ else "")
         print(f"\nxla-migrate --version: {t_version:.3f} s; {SMALL.name} ({SMALL.read_text().count(chr(10))} lines) "
-              f"end to end: {t_small:.3f} s (best of 5)")
+              f"end to end: {t_small:.3f} s (best of 5{uncached})")
         bars.append(("--version at most 0.1 s", f"{t_version:.3f} s", t_version <= 0.1))
         bars.append(("one small file end to end at most 0.3 s", f"{t_small:.3f} s", t_small <= 0.3))
 
