@@ -93,12 +93,14 @@ def _analysis(code: str, pieces: list[int] | None,
 def _analysis_in_pieces(code: str, pieces: list[int],
                         names_when_broken: bool) -> tuple[bool | str, list[tuple[_Key, int]] | None]:
     first_error, found, bound, parsed = None, [], set(), True
+    lines_before = 0  # lines of the code before the piece
     for start, end in zip(pieces, [*pieces[1:], len(code)]):
         piece = code[start:end]
         # After a statement, a __future__ import that is no longer the first fails as in the whole file.
         prefix = "0\n" if start and "__future__" in piece else ""
         tree, error = _compiled(prefix + piece)
-        shift = code.count("\n", 0, start) - prefix.count("\n")  # the piece's lines counted in the code
+        shift = lines_before - prefix.count("\n")  # the piece's lines counted in the code
+        lines_before += piece.count("\n")
         if error is not None and first_error is None:
             first_error = _shifted(error, shift)
         if first_error is not None and not names_when_broken:
