@@ -243,12 +243,12 @@ def test_torch_names_are_the_qualified_names_in_torch_for_every_node(source):
     torch part of what the scopes give, for every node, however ``torch`` is bound."""
     from libcst.metadata import MetadataWrapper
 
-    from xla_migrate import walk
     from xla_migrate.context import MigrationContext
+    from xla_migrate.positions import Positions
 
     module = cst.parse_module(source)
     ctx = MigrationContext(MetadataWrapper(module, unsafe_skip_copy=True), get_target("2.9"))
-    nodes = list(walk.parents(module))
+    nodes = list(Positions(module).parents)
     in_torch = 0
     for node in nodes:
         expected = {n for n in ctx.qualnames(node) if n == "torch" or n.startswith("torch.")}

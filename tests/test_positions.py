@@ -8,9 +8,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from libcst._nodes.base import CSTNode
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-from xla_migrate import walk
 from xla_migrate.positions import Positions, render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,15 +107,16 @@ LAYOUTS = {
 
 
 def _assert_libcsts_positions(module: cst.Module) -> None:
-    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    expected = wrapper.resolve(PositionProvider)
     positions = Positions(module)
     assert positions.code == module.code
     assert {node: positions.range(node) for node in expected} == dict(expected)
     for node, code_range in expected.items():
         assert positions.start(node) == (code_range.start.line, code_range.start.column)
         assert positions.end(node) == (code_range.end.line, code_range.end.column)
-    # The parents come from the same render: every node's, as the tree holds them.
-    assert positions.parents == walk.parents(module)
+    # The parents come from the same render: every node's, as libcst's provider gives them.
+    assert positions.parents == dict(wrapper.resolve(ParentNodeProvider))
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: str(p.relative_to(ROOT / "fixtures")))

@@ -16,6 +16,7 @@ from libcst.metadata.scope_provider import Assignment, BuiltinScope, ImportAssig
 from test_walk import EXTRA
 
 from xla_migrate import scopes, walk
+from xla_migrate.positions import Positions
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "fixtures").rglob("*.py"))
@@ -118,7 +119,7 @@ class _Correspondence:
     parsed from string annotations are parsed once on each side, paired by their place in the mapping."""
 
     def __init__(self, module: cst.Module) -> None:
-        self.module_nodes = {id(n) for n in walk.parents(module)} | {id(module)}
+        self.module_nodes = {id(n) for n in Positions(module).parents} | {id(module)}
         self.node_pairs: dict[int, cst.CSTNode] = {}
         self.scope_pairs: dict[int, object] = {}
 

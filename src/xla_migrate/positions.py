@@ -39,7 +39,7 @@ class _OffsetCodegenState(CodegenState):
         self._indent_width = 0
         self.ranges: dict[cst.CSTNode, int] = {}  # start << _SHIFT | end
         self._starts: list[int] = []
-        # Child -> parent, from the nodes being rendered: what walk.parents gives, for no walk of its own.
+        # Child -> parent, from the nodes being rendered (libcst's ParentNodeProvider), for no walk of its own.
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self._open: list[cst.CSTNode] = []
         self._syntactic: list[tuple[cst.CSTNode, cst.CSTNode | None, cst.CSTNode | None, int]] = []

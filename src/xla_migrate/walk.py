@@ -267,16 +267,3 @@ def children(node: CSTNode) -> list[CSTNode]:
         elif kind == _SEQUENCE:
             found.extend(value)
     return found
-
-
-def parents(module: cst.Module) -> dict[CSTNode, CSTNode]:
-    """Child -> parent for every node below ``module`` (what libcst's ParentNodeProvider gives, without a
-    visitor and the ``children`` copy it makes of every node)."""
-    found: dict[CSTNode, CSTNode] = {}
-    stack: list[CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        for child in children(node):
-            found[child] = node
-            stack.append(child)
-    return found
