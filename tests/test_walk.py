@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import typing
 from pathlib import Path
 
 import libcst as cst
@@ -221,3 +222,48 @@ def test_every_node_class_hashes_by_identity_in_c():
     assert [cls.__name__ for cls in classes if cls.__hash__ is not object.__hash__] == []
     first, second = cst.Name("x"), cst.Name("x")
     assert first == first and first != second and len({first: 1, second: 2}) == 2
+
+
+class LayoutRecorder(PlainRecorder):
+    """A plain visitor with methods for layout nodes too: the walk must then take them in."""
+
+    def visit_Comma(self, node: cst.Comma) -> None:
+        self.events.append(("visit", id(node), "Comma"))
+
+    def leave_SimpleWhitespace(self, node: cst.SimpleWhitespace) -> None:
+        self.events.append(("leave", id(node), repr(node.value)))
+
+
+@pytest.mark.parametrize("name,module", list(_modules()), ids=lambda v: v if isinstance(v, str) else "")
+def test_visitors_of_layout_nodes_see_them_all(name, module):
+    own, fast = LayoutRecorder(), LayoutRecorder()
+    module.visit(own)
+    with walk.fast_visits():
+        module.visit(fast)
+    assert fast.events == own.events
+    assert {label for _, _, label in own.events} >= {"Comma", "' '"}
+    batched: list = []
+    recorder = _BatchRecorder("a", batched)
+    walk.walk_batched(module, {cst.Comma: [recorder.visit_Name]}, {})
+    commas, todo = 0, [module]
+    while todo:
+        node = todo.pop()
+        commas += type(node) is cst.Comma
+        todo.extend(node.children)
+    assert len(batched) == commas > 0
+
+
+def _node_classes_named_in(annotation) -> set[type]:
+    if isinstance(annotation, type):
+        return {annotation} if issubclass(annotation, CSTNode) else set()
+    return set().union(*(_node_classes_named_in(arg) for arg in typing.get_args(annotation)))
+
+
+def test_layout_nodes_hold_only_layout_nodes():
+    """The walk skips layout nodes whole: their fields' types may name layout node types only."""
+    assert {cst.SimpleWhitespace, cst.Comma, cst.Add, cst.LeftParen, cst.Comment} <= walk.LAYOUT_NODE_TYPES
+    assert not {cst.Name, cst.Arg, cst.Call, cst.Annotation} & walk.LAYOUT_NODE_TYPES
+    for cls in walk.LAYOUT_NODE_TYPES:
+        named = set().union(*(_node_classes_named_in(hint) for hint in typing.get_type_hints(cls).values()))
+        assert named <= walk.LAYOUT_NODE_TYPES, (cls, named - walk.LAYOUT_NODE_TYPES)
+

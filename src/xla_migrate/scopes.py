@@ -37,7 +37,7 @@ from libcst.metadata.scope_provider import (
 )
 
 # A child field's value by its type (the walk's table): a node, a sequence of nodes, or neither.
-from .walk import _NODE, _SEQUENCE, _kind, _value_kinds, child_fields
+from .walk import _NODE, _OTHER, _SEQUENCE, _kind, _value_kinds, _value_kinds_without_layout, child_fields
 
 _LOAD, _STORE, _DEL = ExpressionContext.LOAD, ExpressionContext.STORE, ExpressionContext.DEL
 
@@ -66,6 +66,7 @@ def expression_contexts(module: cst.Module) -> dict[CSTNode, ExpressionContext]:
     stack: list[tuple[CSTNode, ExpressionContext]] = [(module, _LOAD)]
     handlers = _CONTEXT_HANDLERS
     push = stack.append
+    kinds = _value_kinds_without_layout  # layout nodes hold no names
     while stack:
         node, context = stack.pop()
         node_type = type(node)
@@ -78,12 +79,13 @@ def expression_contexts(module: cst.Module) -> dict[CSTNode, ExpressionContext]:
                 continue
         for field, _ in child_fields(node_type):
             value = getattr(node, field)
-            kind = _value_kinds.get(type(value)) or _kind(type(value))
+            kind = kinds.get(type(value)) or _kind(type(value), kinds)
             if kind == _NODE:
                 push((value, context))
             elif kind == _SEQUENCE:
                 for child in value:
-                    push((child, context))
+                    if (kinds.get(type(child)) or _kind(type(child), kinds)) != _OTHER:
+                        push((child, context))
     return found
 
 

@@ -11,8 +11,11 @@ rules' traversal each rebuilt the whole module.
 ``on_visit`` says so) and return the node itself, as libcst does for a visitor. Transformers keep libcst's
 own path. A visitor that keeps libcst's ``on_visit``/``on_leave`` and no attribute hook (most) gets its
 ``visit_<Node>``/``leave_<Node>`` looked up once per node type; the attribute hooks are called only for a
-visitor that defines them (so defining no-op ones, an old speed trick for libcst's path, now costs). The child fields of each node type, in visiting order, are read once from its
-``_visit_and_replace_children`` (every child is visited there as ``visit_<kind>(self, "<field>", ...)``).
+visitor that defines them (so defining no-op ones, an old speed trick for libcst's path, now costs). The
+child fields of each node type, in visiting order, are read once from its ``_visit_and_replace_children``
+(every child is visited there as ``visit_<kind>(self, "<field>", ...)``). Such a visitor, and the batched
+walk, skip the layout nodes (whitespace, comments, operators, brackets: ``LAYOUT_NODE_TYPES``) unless it has
+a method for one of their types: nothing else can be below them.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import libcst as cst
 from libcst._nodes.base import CSTNode
@@ -94,13 +97,40 @@ _NODE, _SEQUENCE, _OTHER = 1, 2, 3  # all true: `.get(...) or _kind(...)`
 _value_kinds: dict[type, int] = {}
 
 
-def _kind(value_type: type) -> int:
+def _layout_node_types() -> frozenset[type]:
+    """The node types that hold only layout: whitespace, comments, newlines, operators and brackets, whose
+    children are layout too (tests/test_walk.py checks that from their fields' types). Most nodes of a
+    tree (60% of a training script's) are layout, and no visitor of the pipeline looks at them."""
+    from libcst._nodes import op, whitespace
+    found = {cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace,
+             cst.RightCurlyBrace}
+    for module in (op, whitespace):
+        found.update(value for value in vars(module).values()
+                     if isinstance(value, type) and issubclass(value, CSTNode) and value.__module__ == module.__name__)
+    return frozenset(found)
+
+
+LAYOUT_NODE_TYPES = _layout_node_types()
+# The same table for a walk that skips layout nodes: they are neither (not walked).
+_value_kinds_without_layout: dict[type, int] = {}
+
+
+def _kind(value_type: type, kinds: dict[type, int] = _value_kinds) -> int:
+    """The kind of a value of this type in ``kinds`` (``_value_kinds`` or ``_value_kinds_without_layout``),
+    recorded in both tables."""
     kind = _value_kinds.get(value_type)
     if kind is None:
         kind = _NODE if issubclass(value_type, CSTNode) else _SEQUENCE if issubclass(value_type, (tuple, list)) \
             else _OTHER
         _value_kinds[value_type] = kind
-    return kind
+        _value_kinds_without_layout[value_type] = _OTHER if value_type in LAYOUT_NODE_TYPES else kind
+    return kinds[value_type]
+
+
+def _kinds_for(handled: Iterable[type]) -> dict[type, int]:
+    """The kinds table of a walk whose visitor has methods for the ``handled`` node types: layout nodes are
+    skipped unless it has one for a layout type."""
+    return _value_kinds if LAYOUT_NODE_TYPES.intersection(handled) else _value_kinds_without_layout
 
 
 def _walk(node: CSTNode, visitor: cst.CSTVisitor, hooks: bool) -> None:
@@ -145,38 +175,44 @@ def _handlers(visitor_type: type, node_type: type) -> tuple:
     return handlers
 
 
-def _walk_plain(node: CSTNode, visitor: cst.CSTVisitor, table: dict[type, tuple]) -> None:
+def _walk_plain(node: CSTNode, visitor: cst.CSTVisitor, table: dict[type, tuple], kinds: dict[type, int]) -> None:
     """``_walk`` for a visitor of plain dispatch: the same calls, in the same order, with the same effect
-    (children skipped when ``visit_<Node>`` returns False)."""
+    (children skipped when ``visit_<Node>`` returns False). ``kinds``: see ``_kinds_for``."""
     node_type = type(node)
     visit, leave = table.get(node_type) or _handlers(type(visitor), node_type)
     if visit is None or visit(visitor, node) is not False:
         for field, _ in child_fields(node_type):
             value = getattr(node, field)
-            kind = _value_kinds.get(type(value)) or _kind(type(value))
+            kind = kinds.get(type(value)) or _kind(type(value), kinds)
             if kind == _NODE:
-                _walk_plain(value, visitor, table)
+                _walk_plain(value, visitor, table, kinds)
             elif kind == _SEQUENCE:
                 for child in value:
-                    _walk_plain(child, visitor, table)
+                    if (kinds.get(type(child)) or _kind(type(child), kinds)) != _OTHER:
+                        _walk_plain(child, visitor, table, kinds)
     if leave is not None:
         leave(visitor, node)
 
 
-def walk_batched(node: CSTNode, visits: dict[type, list], leaves: dict[type, list]) -> None:
+def walk_batched(node: CSTNode, visits: dict[type, list], leaves: dict[type, list],
+                 kinds: dict[type, int] | None = None) -> None:
     """Every method in ``visits[type(n)]`` on the way down to each node ``n`` and in ``leaves[type(n)]`` on
-    the way up, children always walked: libcst's batched visiting of several visitors, as a walk."""
+    the way up, children always walked (layout nodes only when some method is for a layout type): libcst's
+    batched visiting of several visitors, as a walk. ``kinds`` is for the walk's own recursion."""
+    if kinds is None:
+        kinds = _kinds_for([*visits, *leaves])
     node_type = type(node)
     for method in visits.get(node_type, ()):
         method(node)
     for field, _ in child_fields(node_type):
         value = getattr(node, field)
-        kind = _value_kinds.get(type(value)) or _kind(type(value))
+        kind = kinds.get(type(value)) or _kind(type(value), kinds)
         if kind == _NODE:
-            walk_batched(value, visits, leaves)
+            walk_batched(value, visits, leaves, kinds)
         elif kind == _SEQUENCE:
             for child in value:
-                walk_batched(child, visits, leaves)
+                if (kinds.get(type(child)) or _kind(type(child), kinds)) != _OTHER:
+                    walk_batched(child, visits, leaves, kinds)
     for method in leaves.get(node_type, ()):
         method(node)
 
@@ -188,8 +224,8 @@ def _visit(self: CSTNode, visitor):
     # (libcst's expression-context provider, once per link of an attribute chain) then recurse no deeper
     # than in libcst.
     visitor_type = type(visitor)
-    table = _plain_table(visitor_type)
-    if table is None:
+    plain = _plain_walk(visitor_type)
+    if plain is None:
         hooks = _uses_attribute_hooks(visitor_type)
         if visitor.on_visit(self):
             for field, hooks_when_none in child_fields(type(self)):
@@ -206,34 +242,44 @@ def _visit(self: CSTNode, visitor):
                     visitor.on_leave_attribute(self, field)
         visitor.on_leave(self)
         return self
+    table, kinds = plain
     visit, leave = table.get(type(self)) or _handlers(visitor_type, type(self))
     if visit is None or visit(visitor, self) is not False:
         for field, _ in child_fields(type(self)):
             value = getattr(self, field)
-            kind = _value_kinds.get(type(value)) or _kind(type(value))
+            kind = kinds.get(type(value)) or _kind(type(value), kinds)
             if kind == _NODE:
-                _walk_plain(value, visitor, table)
+                _walk_plain(value, visitor, table, kinds)
             elif kind == _SEQUENCE:
                 for child in value:
-                    _walk_plain(child, visitor, table)
+                    if (kinds.get(type(child)) or _kind(type(child), kinds)) != _OTHER:
+                        _walk_plain(child, visitor, table, kinds)
     if leave is not None:
         leave(visitor, self)
     return self
 
 
-def _plain_table(visitor_type: type) -> dict[type, tuple] | None:
-    """The handler table of a visitor of plain dispatch, None for any other visitor."""
-    table = _handler_tables.get(visitor_type)
-    if table is None and _uses_plain_dispatch(visitor_type):
+# Visitor type -> (its handler table, its kinds table), for the visitors of plain dispatch.
+_plain_walks: dict[type, tuple[dict[type, tuple], dict[type, int]]] = {}
+
+
+def _plain_walk(visitor_type: type) -> tuple[dict[type, tuple], dict[type, int]] | None:
+    """The handler table and kinds table (``_kinds_for`` its own ``visit_X``/``leave_X`` methods) of a
+    visitor of plain dispatch, None for any other visitor."""
+    found = _plain_walks.get(visitor_type)
+    if found is None and _uses_plain_dispatch(visitor_type):
+        handled = [getattr(cst, name.partition("_")[2], None) for name in own_names(visitor_type, cst.CSTVisitor)
+                   if name.startswith(("visit_", "leave_"))]
         table = _handler_tables[visitor_type] = {}
-    return table
+        found = _plain_walks[visitor_type] = (table, _kinds_for(handled))
+    return found
 
 
 def walk(node: CSTNode, visitor: cst.CSTVisitor) -> None:
     """Run a read-only visitor over ``node`` without rebuilding it."""
-    table = _plain_table(type(visitor))
-    if table is not None:
-        _walk_plain(node, visitor, table)
+    plain = _plain_walk(type(visitor))
+    if plain is not None:
+        _walk_plain(node, visitor, *plain)
     else:
         _walk(node, visitor, _uses_attribute_hooks(type(visitor)))
 
