@@ -5,6 +5,7 @@ must fail here, not change the migration silently."""
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import inspect
 import re
@@ -267,3 +268,17 @@ def test_layout_nodes_hold_only_layout_nodes():
         named = set().union(*(_node_classes_named_in(hint) for hint in typing.get_type_hints(cls).values()))
         assert named <= walk.LAYOUT_NODE_TYPES, (cls, named - walk.LAYOUT_NODE_TYPES)
 
+
+def test_node_classes_check_instances_in_c_with_the_abcs_answers():
+    """walk.py gives libcst's node classes type's own isinstance/issubclass, which answer as ABCMeta does
+    while no class has a registered virtual subclass."""
+    classes, todo = set(), [CSTNode]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        classes.add(cls)
+    assert {type(cls) for cls in classes} == {walk._NodeClassType}
+    assert [cls for cls in classes if abc._get_dump(cls)[0]] == []  # registries (weak references) all empty
+    name = cst.Name("x")
+    assert isinstance(name, cst.BaseExpression) and isinstance(name, cst.BaseAssignTargetExpression)
+    assert not isinstance(name, (cst.BaseStatement, cst.Attribute)) and issubclass(cst.Name, CSTNode)

@@ -20,6 +20,7 @@ a method for one of their types: nothing else can be below them.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import functools
@@ -52,6 +53,32 @@ def _hash_nodes_by_identity_in_c() -> None:
 
 
 _hash_nodes_by_identity_in_c()
+
+
+class _NodeClassType(abc.ABCMeta):
+    """libcst's node classes are ABCs: each ``isinstance(x, cst.Name)`` that is not an exact type match runs
+    ABCMeta's ``__instancecheck__``, a Python frame, which checks the classes' virtual subclasses. libcst
+    registers none (tests/test_walk.py checks), so ``type``'s own checks, in C, give the same answers."""
+
+    __instancecheck__ = type.__instancecheck__
+    __subclasscheck__ = type.__subclasscheck__
+
+
+def _check_node_classes_in_c() -> None:
+    """Every node class takes ``_NodeClassType`` as its class (set once, like the hash above; a node class
+    defined later inherits it)."""
+    classes, seen = [CSTNode], set()
+    while classes:
+        cls = classes.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        classes.extend(cls.__subclasses__())
+        if type(cls) is abc.ABCMeta:
+            cls.__class__ = _NodeClassType
+
+
+_check_node_classes_in_c()
 
 
 @functools.lru_cache(maxsize=None)
