@@ -42,8 +42,7 @@ class HfDataloaderWorkers(Rule):
         self._local = hf_common.local_training_args_classes(ctx.module, ctx)
         self._parsers: dict[str, int] = {}
         self._reported: set[str] = set()
-        # A whole-module walk: only Hugging Face scripts can have TrainingArguments to check.
-        self._assigned = ctx.facts.is_hf_script and _assigns_workers(ctx.module)
+        self._assigned: bool | None = None  # see _assigns_workers: walked only when a parse call needs it
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._parsers.update(hf_common.parsers_of_training_args(self.ctx, node, self._local))
@@ -57,21 +56,24 @@ class HfDataloaderWorkers(Rule):
                 self.finding(workers, "dataloader_num_workers=0: batches are prepared between steps", FIX)
             return
         method = patterns.method_call(node, *hf_common.PARSE_METHODS)
-        if method is None or self._assigned:
+        if method is None:
             return
         parser = patterns.dotted_name(method.value)
-        if parser in self._parsers and parser not in self._reported:
+        if parser in self._parsers and parser not in self._reported and not self._assigns_workers():
             self._reported.add(parser)
             self.finding(node, "parsed TrainingArguments keep dataloader_num_workers at 0 unless the command line "
                                "passes --dataloader_num_workers",
                          "pass --dataloader_num_workers N (at least the number of devices, fewer than the CPUs)")
 
-
-def _assigns_workers(module: cst.Module) -> bool:
-    """The script sets ``<args>.dataloader_num_workers = ...`` somewhere."""
-    finder = _WorkersAssignment()
-    module.visit(finder)
-    return finder.found
+    def _assigns_workers(self) -> bool:
+        """The script sets ``<args>.dataloader_num_workers = ...`` somewhere (a whole-module walk, made once,
+        for the first parse of TrainingArguments)."""
+        if self._assigned is None:
+            finder = _WorkersAssignment()
+            if self.ctx.facts.is_hf_script:  # only Hugging Face scripts can have TrainingArguments to check
+                self.ctx.module.visit(finder)
+            self._assigned = finder.found
+        return self._assigned
 
 
 class _WorkersAssignment(cst.CSTVisitor):
