@@ -141,7 +141,9 @@ class CudaLeftover(Rule):
         self._expression(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        self._expression(node)
+        # Most names are neither: for a name, _expression does nothing else (a name holds no chain).
+        if node.value in CUDA_NAMES or self.ctx.torch_names(node):
+            self._expression(node)
 
     def _string(self, node: cst.BaseExpression) -> None:
         if isinstance(self.ctx.parent(node), cst.ConcatenatedString):
