@@ -386,7 +386,7 @@ class MigrationContext:
         return template.format(*args, **names)
 
     def spell_expression(self, concept: str, *args: str) -> cst.BaseExpression:
-        return cst.parse_expression(self.spell(concept, *args))
+        return patterns.parsed_expression(self.spell(concept, *args))
 
     def statement(self, code: str) -> cst.SimpleStatementLine:
         parsed = cst.parse_statement(code, config=self.module.config_for_parsing)

@@ -7,6 +7,8 @@ sorted, one per line, without touching the blank lines around them.
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
@@ -30,6 +32,7 @@ def insertion_index(body: list[cst.BaseStatement]) -> int:
     return index if last_import is None else last_import + 1
 
 
+@functools.lru_cache(maxsize=256)  # parsed once per import: nodes never change (see patterns.parsed_expression)
 def _import_line(module: str, alias: str | None) -> cst.SimpleStatementLine:
     code = f"import {module}" + (f" as {alias}" if alias else "")
     return cst.parse_statement(code)  # type: ignore[return-value]

@@ -105,7 +105,7 @@ class CudaAutocastToXla(Rule):
         ctx = self.ctx
         template = ctx.target.spelling("autocast").template
         device = ctx.device_reference(node, self.code) if "{0}" in template else ""
-        spelled = cst.parse_expression(ctx.spell("autocast", device))
+        spelled = patterns.parsed_expression(ctx.spell("autocast", device))
         assert isinstance(spelled, cst.Call)
         fixed = {a.keyword.value for a in spelled.args if a.keyword is not None}
         kept = sorted((index, name) for name, index in bound.items() if name != "device_type" and name not in fixed)

@@ -90,7 +90,7 @@ class GradScalerToXla(Rule):
     def _construction(self, node: cst.Call, qualname: str, device_index: int | None) -> None:
         dead = imported_from(self.ctx, node.func, qualname)
         if self.ctx.target.has_grad_scaler:
-            func = cst.parse_expression(self.ctx.spell("grad_scaler"))
+            func = patterns.parsed_expression(self.ctx.spell("grad_scaler"))
 
             def to_xla(updated: cst.Call) -> cst.Call:
                 args = [a for i, a in enumerate(updated.args) if i != device_index]
@@ -198,7 +198,7 @@ class GradScalerToXla(Rule):
                 self.replace(node, plain_step, f"{short(node)} -> {short(plain_step(node))} (gradients "
                              f"already all-reduced by {by})")
                 return True
-            step = cst.parse_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))
+            step = patterns.parsed_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))
             assert isinstance(step, cst.Call)
 
             def optimizer_step(updated: cst.Call) -> cst.Call:

@@ -72,7 +72,7 @@ class OptimizerStepToXla(Rule):
                          "call xm.optimizer_step(optimizer, optimizer_args={...}) by hand")
             return
         extra = f", optimizer_args={{\"closure\": {patterns.code_of(closure)}}}" if closure is not None else ""
-        step = cst.parse_expression(self.ctx.spell("optimizer_step", spelling + extra))
+        step = patterns.parsed_expression(self.ctx.spell("optimizer_step", spelling + extra))
         assert isinstance(step, cst.Call)
 
         def optimizer_step(updated: cst.Call) -> cst.Call:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate import patterns
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.common import imported_from, joined, short
 
@@ -63,7 +64,7 @@ class SyncfreeOptimizers(Rule):
                          f"left as is; use torch_xla.amp.syncfree.{optimizer} without it if you can")
             return
         dropped = [i for i, a in enumerate(node.args) if a.keyword is not None and a.keyword.value in _DROPPED]
-        func = cst.parse_expression(self.ctx.spell("syncfree", optimizer))
+        func = patterns.parsed_expression(self.ctx.spell("syncfree", optimizer))
 
         def to_syncfree(updated: cst.Call) -> cst.Call:
             args = [a for i, a in enumerate(updated.args) if i not in dropped]

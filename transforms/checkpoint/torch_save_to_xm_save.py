@@ -57,7 +57,7 @@ class TorchSaveToXmSave(Rule):
                 else a.with_changes(keyword=cst.Name("data")) if a.keyword and a.keyword.value == "obj" else a
                 for a in node.args]
         renamed = any(a.keyword is not None for a in node.args)
-        func = cst.parse_expression(save)
+        func = patterns.parsed_expression(save)
 
         def to_xm_save(updated: cst.Call) -> cst.Call:
             new_args = updated.args

@@ -123,7 +123,7 @@ class CudaApisToXla(Rule):
                 self.remove(statement, f"removed {self._short(node)}: the line before seeds the XLA generator")
                 self._may_free_imports(node.func)
                 return
-            template = cst.parse_expression(ctx.spell("set_rng_state", patterns.HOLE))
+            template = patterns.parsed_expression(ctx.spell("set_rng_state", patterns.HOLE))
 
             def seeded(updated: cst.Call) -> cst.BaseExpression:
                 updated_args = patterns.positional(updated) or [

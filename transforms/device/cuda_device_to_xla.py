@@ -59,7 +59,7 @@ class CudaDeviceToXla(Rule):
         if name is None or "type" in name.rsplit(".", 1)[-1] or not patterns.is_cuda_value(value):
             return
         device = self.ctx.spell("device")
-        self.replace(value, cst.parse_expression(device), f"{self._short(value)} -> {device}")
+        self.replace(value, patterns.parsed_expression(device), f"{self._short(value)} -> {device}")
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -88,18 +88,18 @@ class CudaDeviceToXla(Rule):
             node, parent = parent, self.ctx.parent(parent)
         if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
             device = self.ctx.spell("device")
-            self.replace(node, cst.parse_expression(device), f"{self._short(node)} -> {device}")
+            self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
         else:
             self._use_device(node)
 
     def _use_device(self, node: cst.BaseExpression) -> None:
         device = self.ctx.device_reference(node, self.code)
-        self.replace(node, cst.parse_expression(device), f"{self._short(node)} -> {device}")
+        self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
 
     def _dot_cuda(self, node: cst.Call) -> None:
         device = self.ctx.device_reference(node, self.code)
         kept = [a for a in node.args if a.keyword is not None and a.keyword.value != "device"]
-        device_arg = cst.Arg(cst.parse_expression(device))
+        device_arg = cst.Arg(patterns.parsed_expression(device))
 
         def to_device(updated: cst.Call) -> cst.Call:
             # The device index (positional or `device=`) means nothing on XLA; other options are kept.

@@ -119,12 +119,12 @@ class LegacyCudaTensorTypes(Rule):
         self._rewritten.add(node.func)
         device = self.ctx.device_reference(node, self.code)
         torch = self.ctx.local_name("torch", "torch")
-        func = cst.parse_expression(f"{torch}.{type_name}")
+        func = patterns.parsed_expression(f"{torch}.{type_name}")
 
         def on_device(updated: cst.Call) -> cst.Call:
             built = updated.with_changes(func=func, lpar=[], rpar=[])
             return cst.Call(func=cst.Attribute(value=built, attr=cst.Name("to")),
-                            args=[cst.Arg(cst.parse_expression(device))], lpar=updated.lpar, rpar=updated.rpar)
+                            args=[cst.Arg(patterns.parsed_expression(device))], lpar=updated.lpar, rpar=updated.rpar)
 
         self.replace(node, on_device, f"{short(node)} -> {short(on_device(node), 80)}")
 
@@ -132,7 +132,7 @@ class LegacyCudaTensorTypes(Rule):
         self._rewritten.add(node.args[0].value)
         device = self.ctx.device_reference(node, self.code)
         torch = self.ctx.local_name("torch", "torch")
-        args = cst.parse_expression(f"f(device={device}, dtype={torch}.{DTYPES[type_name]})").args
+        args = patterns.parsed_expression(f"f(device={device}, dtype={torch}.{DTYPES[type_name]})").args
 
         def to_device(updated: cst.Call) -> cst.Call:
             return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")), args=args)

@@ -81,11 +81,11 @@ class AllGatherIntoTensorOnXlaBackend(Rule):
                 key = arg.keyword.value if arg.keyword is not None else PARAMETERS[index]
                 if key == "output_tensor":
                     output = patterns.code_of(parenthesized_for_attribute(arg.value))
-                    arg = arg.with_changes(value=cst.parse_expression(f"list({output}.chunk({world_size}))"))
+                    arg = arg.with_changes(value=patterns.parsed_expression(f"list({output}.chunk({world_size}))"))
                 if arg.keyword is not None and key in RENAMED:
                     arg = arg.with_changes(keyword=cst.Name(RENAMED[key]))
                 args.append(arg)
-            func = cst.parse_expression(f"{module}.all_gather")
+            func = patterns.parsed_expression(f"{module}.all_gather")
             return updated.with_changes(func=func, args=args)
 
         self.replace(node, gathered, f"{short(node)} -> {short(gathered(node), 80)}: torch_xla's xla backend runs "

@@ -80,7 +80,7 @@ class DdpToXla(Rule):
                 lpar=updated.lpar, rpar=updated.rpar), f"{short(node)} -> {short(node.args[0].value)}: no DDP wrapper")
         elif patterns.method_call(node, "no_sync") and self._is_wrapper(node.func.value) and not node.args:
             context = self.ctx.local_name("contextlib", "contextlib")
-            new = cst.parse_expression(f"{context}.nullcontext()")
+            new = patterns.parsed_expression(f"{context}.nullcontext()")
             self.replace(node, new, f"{short(node)} -> {context}.nullcontext(): no DDP wrapper to hold back")
 
     def _on_xla(self, node: cst.Call) -> None:
@@ -138,7 +138,7 @@ class DdpToXla(Rule):
         if isinstance(parent, cst.Call) and parent.func is node:
             return  # model.no_sync() is rewritten as a call
         context = self.ctx.local_name("contextlib", "contextlib")
-        self.replace(node, cst.parse_expression(f"{context}.nullcontext"),
+        self.replace(node, patterns.parsed_expression(f"{context}.nullcontext"),
                      f"{short(node)} -> {context}.nullcontext: no DDP wrapper to hold back")
 
     # model.module ------------------------------------------------------------------------------------------

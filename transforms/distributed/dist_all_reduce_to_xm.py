@@ -63,7 +63,7 @@ class DistAllReduceToXm(Rule):
                          "with groups= for a subgroup")
             return
         scale = f", scale=1.0 / {ctx.spell('world_size')}" if operation == "AVG" else ""
-        template = cst.parse_expression(f"{ctx.spell('all_reduce')}(\"{OPS[operation]}\", [__tensor__]{scale})")
+        template = patterns.parsed_expression(f"{ctx.spell('all_reduce')}(\"{OPS[operation]}\", [__tensor__]{scale})")
         assert isinstance(template, cst.Call)
         index = node.args.index(positional[0] if positional else patterns.keyword(node, "tensor"))
 

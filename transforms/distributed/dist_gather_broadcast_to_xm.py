@@ -135,14 +135,14 @@ class DistGatherBroadcastToXm(Rule):
                          "(xm.all_gather concatenates the replicas' tensors along dim 0)")
         elif name == "all_gather_into_tensor":
             def into(updated: cst.Call) -> cst.BaseExpression:
-                return cst.parse_expression(
+                return patterns.parsed_expression(
                     f"{_receiver(updated.args[first].value)}.copy_({ctx.spell('all_gather')}({code(updated, second)}))"
                 ).with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
             self.replace(node, into, f"{short(node)} -> {short(into(node), 80)}")
         else:
             def broadcast(updated: cst.Call) -> cst.BaseExpression:
-                return cst.parse_expression(
+                return patterns.parsed_expression(
                     f"{ctx.spell('collective_broadcast')}([{code(updated, first)}], "
                     f"root_ordinal={code(updated, second)})").with_changes(lpar=updated.lpar, rpar=updated.rpar)
 

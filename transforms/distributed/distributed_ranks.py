@@ -123,7 +123,7 @@ class DistributedRanks(Rule):
         if read is not None:
             self._flag_reads.add(read)
         world = self.ctx.spell("world_size")
-        new = cst.parse_expression(f"{world} > 1" if positive else f"{world} == 1")
+        new = patterns.parsed_expression(f"{world} > 1" if positive else f"{world} == 1")
         self.replace(node, lambda updated: new.with_changes(lpar=updated.lpar, rpar=updated.rpar),
                      f"{short(node)} -> {patterns.code_of(new)}: the XLA launcher sets no torchrun variables; "
                      "the flag asks whether several processes run")
@@ -175,5 +175,5 @@ class DistributedRanks(Rule):
         if name is None or not common.RANK_INDEX_NAME.match(name.rsplit(".", 1)[-1]):
             return
         device = self.ctx.device_reference(node, self.code)
-        self.replace(index, cst.parse_expression(device), f".to({name}) -> .to({device}): the rank was a CUDA "
+        self.replace(index, patterns.parsed_expression(device), f".to({name}) -> .to({device}): the rank was a CUDA "
                      "device index")

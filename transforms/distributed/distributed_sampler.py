@@ -78,7 +78,7 @@ class DistributedSampler(Rule):
             self.finding(node, f"{short(node)}: num_replicas/rank passed by position or unpacked",
                          f"pass num_replicas={world}, rank={ordinal} by keyword")
             return
-        values = {name: cst.parse_expression(code) for name, code in wanted.items()}
+        values = {name: patterns.parsed_expression(code) for name, code in wanted.items()}
 
         def sharded(updated: cst.Call) -> cst.Call:
             args = [a for a in updated.args if not (a.keyword and a.keyword.value in wanted)]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate import patterns
 from xla_migrate.rule import Rule
 from xla_migrate.transforms.distributed import distributed_common as common
 from xla_migrate.transforms.common import short
@@ -57,7 +58,7 @@ class MasterOrdinalGuard(Rule):
         kind, negated = guard
         check = self.ctx.spell("is_global_master" if kind == "global" else "is_master")
         code = f"not {check}" if negated else check
-        new = cst.parse_expression(code)
+        new = patterns.parsed_expression(code)
         parent = self.ctx.parent(node)
         if negated and isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute)):
             new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])

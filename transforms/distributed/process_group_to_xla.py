@@ -142,7 +142,7 @@ class ProcessGroupToXla(Rule):
         elif name == "is_initialized":
             if self._guards_removed_only(node):
                 return
-            new = cst.parse_expression(f"{ctx.spell('world_size')} > 1")
+            new = patterns.parsed_expression(f"{ctx.spell('world_size')} > 1")
             self.replace(node, new, f"{short(node)} -> {patterns.code_of(new)}: no process group on XLA")
         else:
             self.finding(node, f"{short(node)}: a torch.distributed collective needs a process group, which the "
@@ -161,7 +161,7 @@ class ProcessGroupToXla(Rule):
             return
         arguments = self.ctx.spell("xla_process_group")
         extra = "".join(f", {patterns.code_of(a.keyword)}={patterns.code_of(a.value)}" for a in kept)
-        new_args = cst.parse_expression(f"f({arguments}{extra})").args
+        new_args = patterns.parsed_expression(f"f({arguments}{extra})").args
         self.ctx.imports.add((XLA_BACKEND, None))
         self.replace(node, lambda updated: updated.with_changes(args=new_args),
                      f"{short(node)} -> the xla process group ({arguments}"

@@ -66,7 +66,7 @@ class HfXlaOptimizer(Rule):
 
     def _arguments(self, node: cst.Call) -> None:
         optim = self.ctx.spell("hf_xla_optim")
-        value = cst.parse_expression(optim)
+        value = patterns.parsed_expression(optim)
         fp16 = patterns.keyword(node, "fp16")
         if fp16 is not None and patterns.dotted_name(fp16.value) == "True":
             self.finding(fp16, "fp16=True: XLA trains in bfloat16, float16 needs loss scaling",
@@ -110,7 +110,7 @@ class HfXlaOptimizer(Rule):
         if existing is not None:
             value = existing.value
             if patterns.string_value(value) != hf_common.XLA_OPTIM:
-                self.replace(value, cst.parse_expression(optim), f"{target}.optim = {short(value)} -> {optim}")
+                self.replace(value, patterns.parsed_expression(optim), f"{target}.optim = {short(value)} -> {optim}")
             return
         self.insert_after(anchor, [self.ctx.statement(f"{target}.optim = {optim}")],
                           f"{target}.optim = {optim} after parsing the arguments")

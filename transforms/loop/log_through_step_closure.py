@@ -65,7 +65,7 @@ class LogThroughStepClosure(Rule):
         args = f", args=({params},)" if len(captured) == 1 else (f", args=({params})" if captured else "")
         closure = self.ctx.spell("add_step_closure")
         head = f"lambda {params}:" if captured else "lambda:"
-        template = cst.parse_expression(f"{closure}({head} {patterns.HOLE}{args})")
+        template = patterns.parsed_expression(f"{closure}({head} {patterns.HOLE}{args})")
 
         one_line = len(patterns.code_of(call)) + len(f"{closure}({head} {args})") + self._indent(node)
         if one_line > LINE_LIMIT and isinstance(template, cst.Call):

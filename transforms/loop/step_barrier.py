@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate import patterns
 from xla_migrate.rule import Rule
 
 
@@ -77,7 +78,7 @@ class StepBarrier(Rule):
             what = "after the update"
         if isinstance(site.statement, cst.SimpleStatementSuite):
             # `for x in data: step(x)` -> `for x in data: step(x); xm.mark_step()`
-            call = cst.Expr(cst.parse_expression(barrier))
+            call = cst.Expr(patterns.parsed_expression(barrier))
 
             def append(updated: cst.SimpleStatementSuite) -> cst.SimpleStatementSuite:
                 *rest, last = updated.body

@@ -59,7 +59,7 @@ class WrapDeviceLoader(Rule):
         loader = step.loader
         assert loader is not None
         device = self.ctx.device_reference(loader, self.code)
-        template = cst.parse_expression(self.ctx.spell("device_loader", patterns.HOLE, device))
+        template = patterns.parsed_expression(self.ctx.spell("device_loader", patterns.HOLE, device))
         text = " ".join(patterns.code_of(loader).split())
 
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:
