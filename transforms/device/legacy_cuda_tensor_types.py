@@ -53,6 +53,9 @@ class LegacyCudaTensorTypes(Rule):
         super().__init__(ctx)
         self._aliases: dict[str, str] = {}  # spelling bound to a legacy CUDA type -> its type name
         self._calls: list[cst.Call] = []
+        # Every construct this rule handles spells a type name (`torch.cuda.FloatTensor`, an import of one,
+        # `.type("torch.cuda.FloatTensor")`): a script that holds none has nothing for it.
+        self._spells_types = any(name in ctx.input_code for name in DTYPES)
         self._references: list[cst.CSTNode] = []  # every torch.cuda.<legacy type> in the script
         self._rewritten: set[cst.CSTNode] = set()
 
@@ -66,7 +69,7 @@ class LegacyCudaTensorTypes(Rule):
         return self._aliases.get(spelling) if spelling is not None else None
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1:
+        if len(node.targets) != 1 or not self._spells_types:
             return
         spelling = patterns.dotted_name(node.targets[0].target)
         value = node.value
@@ -78,7 +81,8 @@ class LegacyCudaTensorTypes(Rule):
             self._aliases[spelling] = cuda_types.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
-        self._calls.append(node)
+        if self._spells_types:
+            self._calls.append(node)
 
     @torch_names_only
     def visit_Attribute(self, node: cst.Attribute) -> None:
