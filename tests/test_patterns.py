@@ -45,3 +45,10 @@ def test_every_string_of_every_fixture_has_libcsts_evaluated_value():
                 continue
     assert len(strings.found) > 1000
     assert [n.value for n in strings.found if patterns.string_value(n) != _evaluated(n)] == []
+
+
+def test_parsed_expression_parses_each_text_once():
+    first = patterns.parsed_expression("xm.xla_device()")
+    assert patterns.parsed_expression("xm.xla_device()") is first  # shared by every edit that puts it in
+    assert patterns.code_of(first) == "xm.xla_device()" and isinstance(first, cst.Call)
+    assert patterns.parsed_expression("device") is not first
