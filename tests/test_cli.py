@@ -362,3 +362,16 @@ def test_json_report_of_one_script_on_stdout(findings_script, tmp_path):
     refused = run_cli("train.py", "--out", "-", "--format", "json", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stdout == b""
     assert b"--report PATH" in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def test_the_process_ends_with_all_its_output_written(tmp_path):
+    """The console script skips the interpreter's teardown (cli._exit_now): a diff larger than a pipe's
+    buffer still reaches the reader whole, with the run's exit status."""
+    source = tmp_path / "many.py"
+    source.write_text("import torch\n" + "".join(f"x{i} = torch.zeros({i}).cuda()\n" for i in range(3000)))
+    done = run_cli("--in", str(source), "--diff", cwd=tmp_path)
+    expected = invoke("--in", str(source), "--diff").stdout
+    assert done.returncode == 0 and len(done.stdout) > 200_000
+    assert done.stdout.decode() == expected
+    failed = run_cli("--in", str(source), "--check", cwd=tmp_path)
+    assert failed.returncode == 1 and source.read_text().count(".cuda()") == 3000
