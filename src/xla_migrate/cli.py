@@ -876,21 +876,7 @@ def run() -> None:
 
         app(prog_name="xla-migrate")
         return
-    _exit_now(_run_fast(arguments))
-
-
-def _exit_now(code: int) -> None:
-    """End the process with ``code`` once the output is flushed, without the interpreter's teardown (as
-    mypy's --fast-exit): the migrations' objects are still alive there (trees and their analyses, held in
-    reference cycles until a collection), and the final collection and freeing of them took 7% of a 5 MB
-    script's run. Everything the command writes is written and closed by then; XLA_MIGRATE_DEBUG (the typer
-    path) ends the usual way, for profilers and coverage tools that save at exit."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
-            code = code or 1
-    os._exit(code)
+    sys.exit(_run_fast(arguments))
 
 
 def __getattr__(name: str):
