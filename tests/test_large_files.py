@@ -9,7 +9,7 @@ import libcst as cst
 import pytest
 
 from test_positions import LAYOUTS, SYNTAX
-from xla_migrate import engine, large_files, migrate, nesting
+from xla_migrate import engine, gate, large_files, migrate, nesting
 from xla_migrate.gate import OutputGate
 from xla_migrate.positions import render_in_pieces
 
@@ -171,11 +171,20 @@ x = undefined_before
     (PIECED_SOURCE.replace("from __future__ import annotations\n", "") + "from __future__ import annotations\n",
      "code that does not compile (from __future__ imports must occur at the beginning of the file, output line 8)"),
 ])
-def test_the_gate_in_pieces_gives_the_whole_files_verdicts(output, problem):
+@pytest.mark.parametrize("halves", ["forked", "in this process", "child failed"])
+def test_the_gate_in_pieces_gives_the_whole_files_verdicts(monkeypatch, output, problem, halves):
+    """The second half of the pieces is checked in a child process (forked), here too when that is not
+    possible, or when the child gives nothing back."""
+    children = []
+    in_child = gate._in_child
+    monkeypatch.setattr(gate, "_may_fork", lambda spans: halves != "in this process" and len(spans) > 1)
+    monkeypatch.setattr(gate, "_in_child", lambda function: children.append(1) or (
+        in_child(function) if halves == "forked" else (lambda: None)))
     whole = OutputGate(PIECED_SOURCE).problem(output)
     in_pieces = OutputGate(PIECED_SOURCE, lambda: _statement_starts(PIECED_SOURCE)).problem(
         output, _statement_starts(output))
     assert in_pieces == whole == problem
+    assert bool(children) == (halves != "in this process")
 
 
 def _statement_starts(code: str) -> list[int]:

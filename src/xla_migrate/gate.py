@@ -14,17 +14,22 @@ output and its input: the ast of a 5 MB output alone is 0.73 GB. Each piece must
 ``__future__`` import is compiled after a statement, so one that is no longer at the top fails as it would
 in the whole file), and pyflakes runs on each; a name it finds unbound in one piece does not count when a
 piece binds it at module level. What that cannot see, on both sides alike: a module-level statement that
-reads a name another piece binds only later.
+reads a name another piece binds only later. Where the process can fork and has a second core, a child
+process checks the second half of the pieces meanwhile (it sends back only names and lines).
 """
 
 from __future__ import annotations
 
 import ast
 import gc
+import os
+import pickle
 import re
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from pyflakes import checker, messages
 
@@ -92,30 +97,98 @@ def _analysis(code: str, pieces: list[int] | None,
 
 def _analysis_in_pieces(code: str, pieces: list[int],
                         names_when_broken: bool) -> tuple[bool | str, list[tuple[_Key, int]] | None]:
-    first_error, found, bound, parsed = None, [], set(), True
-    lines_before = 0  # lines of the code before the piece
-    for start, end in zip(pieces, [*pieces[1:], len(code)]):
+    spans = list(zip(pieces, [*pieces[1:], len(code)]))
+    halves = [spans[:len(spans) // 2], spans[len(spans) // 2:]]
+    # The second half in a child process, on another core, while this one checks the first: the checks
+    # are independent, and what comes back (names and lines) is small.
+    second = _in_child(lambda: _checked(code, halves[1], names_when_broken)) if _may_fork(spans) else None
+    first = _checked(code, halves[0], names_when_broken)
+    if first.error is not None and not names_when_broken:
+        if second is not None:
+            second()
+        return first.error, None
+    rest = (second() if second is not None else None) or _checked(code, halves[1], names_when_broken)
+    first_error = first.error or rest.error
+    if first_error is not None and not names_when_broken:
+        return first_error, None
+    bound = first.bound | rest.bound
+    unbound = [(key, line) for key, line in first.found + rest.found if key[0] == "unassigned" or key[1] not in bound]
+    return first_error or True, unbound if first.parsed and rest.parsed else None
+
+
+@dataclass
+class _Checked:
+    """What the pieces of one run of ``_checked`` gave."""
+
+    error: str | None = None  # the first compile error, its line counted in the whole code
+    found: list[tuple[_Key, int]] = field(default_factory=list)  # unbound names, lines in the whole code
+    bound: set[str] = field(default_factory=set)  # names the pieces bind at module level
+    parsed: bool = True  # every piece parsed
+
+
+def _checked(code: str, spans: list[tuple[int, int]], names_when_broken: bool) -> _Checked:
+    """Each piece ``code[start:end]`` compiled and checked; ends at the first compile error unless
+    ``names_when_broken``."""
+    checked_pieces = _Checked()
+    lines_before = code.count("\n", 0, spans[0][0]) if spans else 0  # lines of the code before the piece
+    for start, end in spans:
         piece = code[start:end]
         # After a statement, a __future__ import that is no longer the first fails as in the whole file.
         prefix = "0\n" if start and "__future__" in piece else ""
         tree, error = _compiled(prefix + piece)
         shift = lines_before - prefix.count("\n")  # the piece's lines counted in the code
         lines_before += piece.count("\n")
-        if error is not None and first_error is None:
-            first_error = _shifted(error, shift)
-        if first_error is not None and not names_when_broken:
-            return first_error, None
+        if error is not None and checked_pieces.error is None:
+            checked_pieces.error = _shifted(error, shift)
+        if checked_pieces.error is not None and not names_when_broken:
+            return checked_pieces
         if tree is None:
-            parsed = False
+            checked_pieces.parsed = False
             continue
         checked = checker.Checker(tree, filename="<output>")
-        found += [(key, line + shift) for key, line in _unbound_messages(checked)]
+        checked_pieces.found += [(key, line + shift) for key, line in _unbound_messages(checked)]
         module_scope = checked.deadScopes[-1]
-        bound.update(name for name, binding in module_scope.items() if not isinstance(binding, checker.Builtin))
+        checked_pieces.bound.update(
+            name for name, binding in module_scope.items() if not isinstance(binding, checker.Builtin))
         del tree, checked, module_scope
         gc.collect()
-    unbound = [(key, line) for key, line in found if key[0] == "unassigned" or key[1] not in bound]
-    return first_error or True, unbound if parsed else None
+    return checked_pieces
+
+
+def _may_fork(spans: list) -> bool:
+    """Half the pieces may go to a child process: there are two halves and two cores, and this process
+    can fork safely (no other thread that could hold a lock the child would wait on)."""
+    return (len(spans) > 1 and hasattr(os, "fork") and (os.cpu_count() or 1) > 1
+            and threading.active_count() == 1)
+
+
+def _in_child(function: Callable[[], _Checked]) -> Callable[[], _Checked | None] | None:
+    """``function`` run in a forked child; gives a call that waits for its result (None when the child
+    failed: the caller then runs it itself), or None when no child could be started."""
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:  # the child: the result down the pipe, then out without the parent's exit handlers
+        try:
+            os.close(read)
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(pickle.dumps(function()))
+        finally:
+            os._exit(0)
+    os.close(write)
+
+    def result() -> _Checked | None:
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        os.waitpid(pid, 0)
+        try:
+            return pickle.loads(data)
+        except Exception:  # noqa: BLE001 - nothing, or not all of it, came back
+            return None
+
+    return result
 
 
 def _shifted(error: str, lines: int) -> str:
