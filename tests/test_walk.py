@@ -15,7 +15,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from libcst._nodes.base import CSTNode
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import GlobalScope, MetadataWrapper
+from libcst.metadata.scope_provider import Access, BaseAssignment, Scope
 
 from xla_migrate import walk
 from xla_migrate.positions import Positions
@@ -212,14 +213,11 @@ def test_walk_batched_makes_libcsts_batched_calls(name, module):
     assert len(own) > 50
 
 
-def test_every_node_class_hashes_by_identity_in_c():
-    """walk.py gives libcst's node classes object's own identity hash (libcst's is the same, in Python)."""
-    classes, todo = [], [CSTNode]
-    while todo:
-        cls = todo.pop()
-        todo.extend(cls.__subclasses__())
-        classes.append(cls)
-    assert len(classes) > 200
+def test_every_node_and_scope_class_hashes_by_identity_in_c():
+    """walk.py gives libcst's node, scope, assignment and access classes object's own identity hash
+    (libcst's is the same, in Python)."""
+    classes = walk._subclasses((CSTNode, Scope, BaseAssignment, Access))
+    assert len(classes) > 200 and GlobalScope in classes
     assert [cls.__name__ for cls in classes if cls.__hash__ is not object.__hash__] == []
     first, second = cst.Name("x"), cst.Name("x")
     assert first == first and first != second and len({first: 1, second: 2}) == 2
@@ -269,16 +267,14 @@ def test_layout_nodes_hold_only_layout_nodes():
         assert named <= walk.LAYOUT_NODE_TYPES, (cls, named - walk.LAYOUT_NODE_TYPES)
 
 
-def test_node_classes_check_instances_in_c_with_the_abcs_answers():
-    """walk.py gives libcst's node classes type's own isinstance/issubclass, which answer as ABCMeta does
-    while no class has a registered virtual subclass."""
-    classes, todo = set(), [CSTNode]
-    while todo:
-        cls = todo.pop()
-        todo.extend(cls.__subclasses__())
-        classes.add(cls)
-    assert {type(cls) for cls in classes} == {walk._NodeClassType}
-    assert [cls for cls in classes if abc._get_dump(cls)[0]] == []  # registries (weak references) all empty
+def test_libcsts_hot_classes_check_instances_in_c_with_the_abcs_answers():
+    """walk.py gives libcst's node, sentinel, visitor and scope classes type's own isinstance/issubclass,
+    which answer as ABCMeta does while no class has a registered virtual subclass."""
+    classes = walk._subclasses(walk._HOT_LIBCST_CLASSES)
+    assert len(classes) > 300 and GlobalScope in classes and cst.FlattenSentinel in classes
+    assert {type(cls) for cls in classes} - {type} == {walk._LibcstClassType}
+    assert [cls for cls in classes if type(cls) is not type and abc._get_dump(cls)[0]] == []  # no registrations
+    assert isinstance(cst.FlattenSentinel([cst.Pass()]), cst.FlattenSentinel) and not isinstance([], cst.FlattenSentinel)
     name = cst.Name("x")
     assert isinstance(name, cst.BaseExpression) and isinstance(name, cst.BaseAssignTargetExpression)
     assert not isinstance(name, (cst.BaseStatement, cst.Attribute)) and issubclass(cst.Name, CSTNode)

@@ -28,35 +28,50 @@ import threading
 from collections.abc import Iterable, Iterator
 
 import libcst as cst
+from libcst._flatten_sentinel import FlattenSentinel
 from libcst._nodes.base import CSTNode
+from libcst.metadata.scope_provider import Access, BaseAssignment, Scope
 
 _libcst_visit = CSTNode.visit
 _lock = threading.Lock()
 _depth = 0
 
 
-def _hash_nodes_by_identity_in_c() -> None:
-    """libcst hashes a node by identity, in Python (``return id(self)``, copied onto every node class): the
-    pipeline's dicts keyed by nodes (positions, parents, scopes, caches) called it millions of times, a few
-    percent of a migration. ``object.__hash__`` is the same identity hash, in C. Set once, when xla_migrate
-    is imported, on libcst's node classes and so on any defined later (they copy CSTNode's): a dict of nodes
-    built before that import would no longer find its keys."""
-    libcst_hash = CSTNode.__dict__["__hash__"]
-    if libcst_hash is object.__hash__:
-        return
-    classes = [CSTNode]
+# The libcst classes whose instances the pipeline hashes and type-checks by the million: nodes, flattened
+# replacements, and the scope analysis' scopes, assignments and accesses.
+_HOT_LIBCST_CLASSES = (CSTNode, FlattenSentinel, cst.CSTVisitor, Scope, BaseAssignment, Access)
+
+
+def _subclasses(roots: tuple[type, ...]) -> list[type]:
+    classes, found = list(roots), {}
     while classes:
         cls = classes.pop()
-        classes.extend(cls.__subclasses__())
-        if cls.__dict__.get("__hash__") is libcst_hash:
-            cls.__hash__ = object.__hash__
+        if cls not in found:
+            found[cls] = None
+            classes.extend(cls.__subclasses__())
+    return list(found)
 
 
-_hash_nodes_by_identity_in_c()
+def _hash_by_identity_in_c() -> None:
+    """libcst hashes these objects by identity, in Python (``return id(self)``, inherited or copied onto
+    every node class): the pipeline's dicts keyed by nodes (positions, parents, scopes, caches) called it
+    millions of times, a few percent of a migration. ``object.__hash__`` is the same identity hash, in C.
+    Set once, when xla_migrate is imported, on libcst's classes and so on any defined later (node classes
+    copy CSTNode's): a dict of nodes built before that import would no longer find its keys."""
+    for root in _HOT_LIBCST_CLASSES:
+        libcst_hash = root.__dict__.get("__hash__")
+        if libcst_hash is None or libcst_hash is object.__hash__:
+            continue
+        for cls in _subclasses((root,)):
+            if cls.__dict__.get("__hash__") is libcst_hash:
+                cls.__hash__ = object.__hash__
 
 
-class _NodeClassType(abc.ABCMeta):
-    """libcst's node classes are ABCs: each ``isinstance(x, cst.Name)`` that is not an exact type match runs
+_hash_by_identity_in_c()
+
+
+class _LibcstClassType(abc.ABCMeta):
+    """These libcst classes are ABCs: each ``isinstance(x, cst.Name)`` that is not an exact type match runs
     ABCMeta's ``__instancecheck__``, a Python frame, which checks the classes' virtual subclasses. libcst
     registers none (tests/test_walk.py checks), so ``type``'s own checks, in C, give the same answers."""
 
@@ -64,21 +79,15 @@ class _NodeClassType(abc.ABCMeta):
     __subclasscheck__ = type.__subclasscheck__
 
 
-def _check_node_classes_in_c() -> None:
-    """Every node class takes ``_NodeClassType`` as its class (set once, like the hash above; a node class
-    defined later inherits it)."""
-    classes, seen = [CSTNode], set()
-    while classes:
-        cls = classes.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        classes.extend(cls.__subclasses__())
+def _check_libcst_classes_in_c() -> None:
+    """Every such class takes ``_LibcstClassType`` as its class (set once, like the hash above; a subclass
+    defined later, a rule's visitor class say, inherits it)."""
+    for cls in _subclasses(_HOT_LIBCST_CLASSES):
         if type(cls) is abc.ABCMeta:
-            cls.__class__ = _NodeClassType
+            cls.__class__ = _LibcstClassType
 
 
-_check_node_classes_in_c()
+_check_libcst_classes_in_c()
 
 
 @functools.lru_cache(maxsize=None)
