@@ -165,10 +165,12 @@ def _may_fork(spans: list) -> bool:
 def _in_child(function: Callable[[], _Checked]) -> Callable[[], _Checked | None] | None:
     """``function`` run in a forked child; gives a call that waits for its result (None when the child
     failed: the caller then runs it itself), or None when no child could be started."""
+    read, write = os.pipe()
     try:
-        read, write = os.pipe()
         pid = os.fork()
     except OSError:
+        os.close(read)
+        os.close(write)
         return None
     if pid == 0:  # the child: the result down the pipe, then out without the parent's exit handlers
         try:
