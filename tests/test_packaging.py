@@ -30,7 +30,7 @@ def test_wheel_contains_the_rules(tmp_path):
         assert f"xla_migrate/transforms/{rule_file}" in names
     assert "xla_migrate/cli.py" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "xla-migrate = xla_migrate.__main__:main" in entry_points
+    assert "xla-migrate = xla_migrate.__main__:console" in entry_points
 
 
 @pytest.mark.parametrize("editable", [False, True], ids=["install", "editable"])
