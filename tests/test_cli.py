@@ -365,7 +365,7 @@ def test_json_report_of_one_script_on_stdout(findings_script, tmp_path):
 
 
 def test_the_process_ends_with_all_its_output_written(tmp_path):
-    """The console script skips the interpreter's teardown (cli._exit_now): a diff larger than a pipe's
+    """The console script skips the interpreter's teardown (__main__.console): a diff larger than a pipe's
     buffer still reaches the reader whole, with the run's exit status."""
     source = tmp_path / "many.py"
     source.write_text("import torch\n" + "".join(f"x{i} = torch.zeros({i}).cuda()\n" for i in range(3000)))
