@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, large_files, leftovers, nesting, positions, walk
+from . import gate, large_files, leftovers, native_parse, nesting, positions, walk
 from .walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext, root_name
@@ -103,7 +103,7 @@ def parse(source: bytes | str) -> cst.Module | InputError:
         if module is not None:
             return module
     try:
-        return cst.parse_module(source)
+        return native_parse.parse_module(source)
     except cst.ParserSyntaxError as error:
         return _syntax_error(source, error)
     except RecursionError:

@@ -29,6 +29,7 @@ from bisect import bisect_left
 
 import libcst as cst
 
+from . import native_parse
 from .nesting import TopLevel
 
 LARGE_FILE_CHARS = 1_000_000
@@ -61,7 +62,7 @@ def parse_in_pieces(text: str, top_level: TopLevel, encoding: str,
     pieces = []
     for start, end in zip(cuts, cuts[1:]):
         try:
-            pieces.append(cst.parse_module(text[start:end]))
+            pieces.append(native_parse.parse_module(text[start:end]))
         except (cst.ParserSyntaxError, RecursionError, MemoryError):
             return None
     indent = _default_indent(pieces, cuts, [line_starts[line - 1] for line in top_level.indent_lines])
