@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import token
 import tokenize
 from dataclasses import dataclass, field
+
+from . import plain_tokens
 
 MAX_DEPTH = 200
 BRACKET_WEIGHT = 3
@@ -78,12 +81,22 @@ def scan(text: str) -> tuple[tuple[int, int] | None, TopLevel | None]:
     was within the limit."""
     top_level = TopLevel()
     try:
-        _check(tokenize.generate_tokens(io.StringIO(text).readline), top_level)
+        _check(_tokens(text), top_level)
     except TooDeep as deep:
         return (deep.line, deep.column), None
     except (tokenize.TokenError, SyntaxError, ValueError):
         return None, None
     return None, top_level
+
+
+# Python 3.12 tokenizes in C; before it, plain_tokens gives tokenize's tokens at about half its cost.
+_TOKENIZES_IN_PYTHON = sys.version_info < (3, 12)
+
+
+def _tokens(text: str):
+    if _TOKENIZES_IN_PYTHON and plain_tokens.is_plain(text):
+        return plain_tokens.tokens(text)
+    return tokenize.generate_tokens(io.StringIO(text).readline)
 
 
 _CLAUSES = {"elif", "else", "except", "finally"}
@@ -99,12 +112,12 @@ def _check(tokens, top_level: TopLevel) -> None:
     after_decorator = False  # the last top-level logical line was a decorator
     previous: tokenize.TokenInfo | None = None
     for tok in tokens:
-        kind, value = tok.type, tok.string
+        kind, value = tok[0], tok[1]  # a TokenInfo, or plain_tokens' (type, string, start)
         if kind == token.INDENT:
             indent += 1
             branches.append(0)
             if indent == 1:
-                top_level.indent_lines.append(tok.start[0])
+                top_level.indent_lines.append(tok[2][0])
             continue
         if kind == token.DEDENT:
             indent -= 1
@@ -121,7 +134,7 @@ def _check(tokens, top_level: TopLevel) -> None:
             at_statement_start = False
             if indent == 0:
                 if not after_decorator and not (kind == token.NAME and value in _CLAUSES):
-                    top_level.statement_lines.append(tok.start[0])
+                    top_level.statement_lines.append(tok[2][0])
                 after_decorator = kind == token.OP and value == "@"
             if kind == token.NAME and value in ("elif", "else"):
                 branches[indent] += 1
@@ -142,7 +155,7 @@ def _check(tokens, top_level: TopLevel) -> None:
             if len(levels) > 1:
                 levels.pop()
         elif _FSTRING_START is not None and kind == _FSTRING_START:
-            if previous is not None and previous.type in (token.STRING, _FSTRING_END):
+            if previous is not None and previous[0] in (token.STRING, _FSTRING_END):
                 level[1] += 1
             depth = level[0] + level[1] + BRACKET_WEIGHT
             _limit(depth, tok)
@@ -158,7 +171,7 @@ def _check(tokens, top_level: TopLevel) -> None:
             elif kind == token.NAME and value in _CHAIN_KEYWORDS and not statement_keyword:
                 level[1] += 1
             elif kind == token.STRING:
-                if previous is not None and previous.type in (token.STRING, _FSTRING_END):
+                if previous is not None and previous[0] in (token.STRING, _FSTRING_END):
                     level[1] += 1  # implicitly joined strings nest, one level per string
                 level_depth = level[0] + level[1] + BRACKET_WEIGHT * _fstring_nesting(value)
                 _limit(level_depth, tok)
@@ -170,11 +183,11 @@ def _check(tokens, top_level: TopLevel) -> None:
 def _is_trailer(previous: tokenize.TokenInfo | None) -> bool:
     if previous is None:
         return False
-    if previous.type == token.OP:
-        return previous.string in _CLOSE
-    if previous.type == token.NAME:
-        return previous.string not in _KEYWORDS_BEFORE_DISPLAYS
-    return previous.type in _TRAILER_AFTER or (_FSTRING_END is not None and previous.type == _FSTRING_END)
+    if previous[0] == token.OP:
+        return previous[1] in _CLOSE
+    if previous[0] == token.NAME:
+        return previous[1] not in _KEYWORDS_BEFORE_DISPLAYS
+    return previous[0] in _TRAILER_AFTER or (_FSTRING_END is not None and previous[0] == _FSTRING_END)
 
 
 def _fstring_nesting(value: str) -> int:
@@ -195,4 +208,4 @@ def _fstring_nesting(value: str) -> int:
 
 def _limit(depth: int, tok: tokenize.TokenInfo) -> None:
     if depth > MAX_DEPTH:
-        raise TooDeep(tok.start[0], tok.start[1] + 1)
+        raise TooDeep(tok[2][0], tok[2][1] + 1)
