@@ -52,3 +52,15 @@ def test_parsed_expression_parses_each_text_once():
     assert patterns.parsed_expression("xm.xla_device()") is first  # shared by every edit that puts it in
     assert patterns.code_of(first) == "xm.xla_device()" and isinstance(first, cst.Call)
     assert patterns.parsed_expression("device") is not first
+
+
+def test_parsed_statement_parses_each_text_once_and_reads_no_module_config():
+    first = patterns.parsed_statement("xm.mark_step()")
+    assert patterns.parsed_statement("xm.mark_step()") is first
+    assert isinstance(first, cst.SimpleStatementLine)
+    # Why no config is passed: libcst parses a statement the same whatever the module's layout.
+    compound = "for a, b in zip(x, y):\n    a.copy_(b)\n"
+    for layout in ("x = 1\n", "if a:\n\tx = 1\r\n", "# -*- coding: latin-1 -*-\nx = 1", "if a:\n  b\n"):
+        config = cst.parse_module(layout).config_for_parsing
+        for code in ("xm.mark_step()", compound):
+            assert cst.parse_statement(code, config=config).deep_equals(patterns.parsed_statement(code))

@@ -389,7 +389,7 @@ class MigrationContext:
         return patterns.parsed_expression(self.spell(concept, *args))
 
     def statement(self, code: str) -> cst.SimpleStatementLine:
-        parsed = cst.parse_statement(code, config=self.module.config_for_parsing)
+        parsed = patterns.parsed_statement(code)
         assert isinstance(parsed, cst.SimpleStatementLine)
         return parsed
 

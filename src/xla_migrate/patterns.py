@@ -147,6 +147,14 @@ def parsed_expression(code: str) -> cst.BaseExpression:
     return cst.parse_expression(code)
 
 
+@functools.lru_cache(maxsize=4096)
+def parsed_statement(code: str) -> cst.SimpleStatementLine | cst.BaseCompoundStatement:
+    """``cst.parse_statement(code)``, parsed once per text, like ``parsed_expression``. libcst's native
+    parser reads no parser config for a str (only the encoding, for bytes), so none is passed: the module's
+    ``config_for_parsing`` cost more to build than the parse."""
+    return cst.parse_statement(code)
+
+
 def is_pure(node: cst.BaseExpression) -> bool:
     """An expression that can be evaluated or dropped without side effects: names, attributes, constants,
     and comparisons, boolean operations and ``not`` of them (no calls, subscripts or walruses)."""

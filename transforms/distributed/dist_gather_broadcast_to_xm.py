@@ -125,10 +125,10 @@ class DistGatherBroadcastToXm(Rule):
 
             def gathered(updated: cst.SimpleStatementLine) -> cst.BaseStatement:
                 call = updated.body[0].value
-                loop = cst.parse_statement(
+                loop = patterns.parsed_statement(
                     f"for {target}, {chunk} in zip({code(call, first)}, "
                     f"{ctx.spell('all_gather')}({_unsqueezed(call.args[second].value)})):\n"
-                    f"    {target}.copy_({chunk})\n", config=ctx.module.config_for_parsing)
+                    f"    {target}.copy_({chunk})\n")
                 return loop.with_changes(leading_lines=updated.leading_lines)
 
             self.replace(line, gathered, f"{short(node)} -> {ctx.spell('all_gather')}(...) copied into the list "

@@ -167,11 +167,10 @@ class SpawnEntryPoint(Rule):
             spawn_args.append(patterns.code_of(arg.value))
         passed = ", ".join(f"{a.keyword.value}={p}" if a.keyword else p for a, p in zip(call.args, parameters))
         signature = ", ".join(["index", *parameters])
-        mp_fn = cst.parse_statement(
+        mp_fn = patterns.parsed_statement(
             f"def {_MP_FN}({signature}):\n"
             f"    # Called once per XLA worker (index: the worker's ordinal).\n"
-            f"    {call.func.value}({passed})\n",
-            config=ctx.module.config_for_parsing)
+            f"    {call.func.value}({passed})\n")
         blank = max(0, 2 - self._blank_lines_left(function))
         mp_fn = mp_fn.with_changes(leading_lines=[cst.EmptyLine()] * blank)
         self.insert_after(function, [mp_fn], f"def {_MP_FN}({signature}): {call.func.value}({passed}) (once per "
@@ -181,8 +180,7 @@ class SpawnEntryPoint(Rule):
         if guard is not None:
             self.replace(call, launch, f"{short(call)} -> {short(launch, 80)}")
         else:
-            guarded = cst.parse_statement(f"if __name__ == \"__main__\":\n    {patterns.code_of(launch)}\n",
-                                          config=ctx.module.config_for_parsing)
+            guarded = patterns.parsed_statement(f"if __name__ == \"__main__\":\n    {patterns.code_of(launch)}\n")
             self.replace(call_statement, lambda updated: guarded.with_changes(leading_lines=updated.leading_lines),
                          f"{short(call)} -> {short(launch, 80)} under if __name__ == \"__main__\":")
         return True

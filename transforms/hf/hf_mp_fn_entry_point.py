@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate import patterns
 from xla_migrate.rule import Rule
 
 _MP_FN = '''def _mp_fn(index):
@@ -74,7 +75,7 @@ class HfMpFnEntryPoint(Rule):
                 self.finding(where, f"{what}: the XLA launchers call _mp_fn(index), which needs a main() to call",
                              "put the training in main() and add def _mp_fn(index): main()")
             return
-        function = cst.parse_statement(_MP_FN, config=original_node.config_for_parsing)
+        function = patterns.parsed_statement(_MP_FN)
         function = function.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         self.insert_after(main, [function], "def _mp_fn(index): main(), the entry point the XLA launchers call")
 
