@@ -48,8 +48,10 @@ class EditApplier(cst.CSTTransformer):
                 node = ctx.parent(node)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if node not in self._on_edit_path:
+            return False  # nothing below it changes: on_leave gives it back as it is
         self._changed_below.append(False)
-        return node in self._on_edit_path
+        return True
 
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
         pass  # per-attribute hooks are unused: skip libcst's two lookups per child
@@ -58,6 +60,8 @@ class EditApplier(cst.CSTTransformer):
         pass
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        if original not in self._on_edit_path:
+            return updated
         changed = self._changed_below.pop()
         result = updated
         replacements = self.edits.replace.get(original)
