@@ -245,6 +245,26 @@ def test_force_exclude_with_one_named_file_and_the_default_excludes(tmp_path):
     assert done.stderr == b"0 files: every path given is excluded (--force-exclude)\n"
 
 
+@pytest.mark.parametrize("where, pattern, expected", [
+    ("cli", "!", "--exclude: '!' is not a valid gitignore pattern"),
+    ("cli-extend", "\\", "--extend-exclude: '\\\\' is not a valid gitignore pattern"),
+    ("config", "!", "exclude in {config}: '!' is not a valid gitignore pattern")])
+def test_a_bad_exclude_pattern_is_one_line_and_exit_2(tmp_path, where, pattern, expected):
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    args = [".", "--out", "out"]
+    if where == "cli":
+        args += ["--exclude", "ok/", "--exclude", pattern]
+    elif where == "cli-extend":
+        args += ["--extend-exclude", pattern]
+    else:
+        (tmp_path / "pyproject.toml").write_text(f"[tool.xla-migrate]\nexclude = [\"ok/\", \"{pattern}\"]\n")
+    done = run_cli(*args, cwd=tmp_path)
+    config = tmp_path / "pyproject.toml"
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode() == f"error: {expected.format(config=config)}\n"
+    assert not (tmp_path / "out").exists()
+
+
 VENDORED = [".venv/lib/python3.11/site-packages/pkg/core.py", "venv/lib/x.py", "env/x.py", "node_modules/a/b.py",
             "build/lib/train.py", "dist/train.py", "pkg/__pycache__/x.py", ".tox/py311/x.py", ".nox/x.py",
             ".eggs/x.py", "site-packages/x.py", "pkg.egg-info/x.py", ".ipynb_checkpoints/nb-checkpoint.py"]

@@ -334,8 +334,28 @@ def _ignorer(settings, use_gitignore: bool):
     excludes += [(settings.config_dir, settings.extend_exclude), (None, settings.cli_extend_exclude)]
     ignorer = Ignorer(use_gitignore, excludes)
     if settings.cli_exclude is not None or settings.exclude is not None or any(lines for _, lines in excludes[1:]):
-        ignorer.excludes  # the user's patterns compile now, so that a bad one fails here whatever the run
+        # The user's patterns compile now, so that a bad one fails here whatever the run.
+        try:
+            ignorer.excludes
+        except ValueError:  # pathspec's pattern errors
+            raise UsageError(_bad_exclude_pattern(settings)) from None
     return ignorer
+
+
+def _bad_exclude_pattern(settings) -> str:
+    """Which pattern pathspec refused, and where it was given."""
+    from pathspec import GitIgnoreSpec
+
+    config = settings.config_path
+    for where, lines in (("--exclude", settings.cli_exclude), (f"exclude in {config}", settings.exclude),
+                         (f"extend-exclude in {config}", settings.extend_exclude),
+                         ("--extend-exclude", settings.cli_extend_exclude)):
+        for line in lines or ():
+            try:
+                GitIgnoreSpec.from_lines([line])
+            except ValueError:
+                return f"{where}: {line!r} is not a valid gitignore pattern"
+    return "an exclude pattern is not a valid gitignore pattern"
 
 
 def _settings(inputs, config_path, target, select, ignore, exclude, extend_exclude):
