@@ -89,6 +89,18 @@ def test_xla501_reports_options_and_rank_guards():
     assert "    xm.save(m, p)" in result.code.splitlines()
 
 
+def test_xla501_reports_a_rank_test_once_however_many_saves_it_holds():
+    source = ("import torch\n"
+              "if rank == 0:\n"
+              "    torch.save(m, p)\n"
+              "    torch.save(o, q)\n"
+              "if is_master:\n"
+              "    torch.save(m, r)\n")
+    result = migrate(source, select=["XLA501"])
+    assert [(f.line, f.code) for f in result.findings] == [(2, "XLA501"), (5, "XLA501")]
+    assert sum(line.strip().startswith("xm.save(") for line in result.code.splitlines()) == 3
+
+
 def test_xla107_reports_a_model_moved_after_its_optimizer_was_built():
     source = (ROOT / "fixtures" / "XLA107" / "optimizer_first.in.py").read_text()
     for target in ("sagemaker", "2.9"):

@@ -6,9 +6,10 @@ What it does:
     with the same arguments. Calls that pass options ``xm.save`` does not take (``pickle_module=``,
     ``pickle_protocol=``, ``_use_new_zipfile_serialization=``, ``*args``/``**kwargs``) are left as they are
     and reported. A ``torch.save`` guarded by a rank or master test (``if rank == 0:``) is rewritten and
-    reported too: ``xm.save`` writes from the master already, and in torch_xla 1.x (the seeds' generation)
-    it ends with a rendezvous of every process, which hangs when only the master calls it (2.6 and 2.9
-    have no rendezvous there: verified in their source). Calling it on every process is right for both.
+    the test reported (once, however many saves it holds): ``xm.save`` writes from the master already, and
+    in torch_xla 1.x (the seeds' generation) it ends with a rendezvous of every process, which hangs when
+    only the master calls it (2.6 and 2.9 have no rendezvous there: verified in their source). Calling it
+    on every process is right for both.
 
 Why:
     ``torch.save`` of XLA tensors pickles device tensors: the checkpoint then needs an XLA device to load and
@@ -43,6 +44,10 @@ class TorchSaveToXmSave(Rule):
     summary = "torch.save(...) -> xm.save(...) (moves XLA tensors to the CPU, writes from the master)"
     fix_safety = "review"
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._reported_guards: set[cst.If] = set()  # one finding per rank test, however many saves it holds
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         if not ctx.is_call_to(node, *TORCH_SAVE):
@@ -69,7 +74,8 @@ class TorchSaveToXmSave(Rule):
         for module, name in (("torch", "save"), ("torch.serialization", "save")):
             self.import_may_be_dead(module, name)
         guard = self._rank_guard(node)
-        if guard is not None:
+        if guard is not None and guard not in self._reported_guards:
+            self._reported_guards.add(guard)
             hang = ("and torch_xla 1.x's xm.save waits for every process there (a hang)"
                     if self.ctx.target.name == "sagemaker" else
                     "so the rank test is redundant (torch_xla 1.x's xm.save, which waits for every process, "
