@@ -303,6 +303,16 @@ class MigrationContext:
             self._module_names[module] = self._choose_module_name(module, alias)
         return self._module_names[module]
 
+    def imported_name(self, qualified: str) -> str | None:
+        """The name the script's own ``from module import name`` among its leading imports binds for
+        ``qualified`` (``contextlib.nullcontext``), when nothing else in the script binds that name; else
+        None (new code then spells it through its module)."""
+        for name, node in self.facts.module_imports.get(qualified, []):
+            if (isinstance(node, cst.ImportFrom) and not self._name_taken(name, qualified)
+                    and self._in_leading_imports(self._top_level_statement(node))):
+                return name
+        return None
+
     def _choose_module_name(self, module: str, alias: str) -> str:
         for name, node in self.facts.module_imports.get(module, []):
             if not self._name_taken(name, module):

@@ -12,7 +12,9 @@ What it does:
       ``getattr(model, "module", model)`` and ``model.module if ddp else model`` -> ``model``.
     - ``with model.no_sync():`` -> ``with contextlib.nullcontext():`` (gradient accumulation: without DDP no
       step reduces before the optimizer step anyway); ``model.no_sync`` itself (``ctx = model.no_sync if
-      accumulating else nullcontext``) -> ``contextlib.nullcontext``.
+      accumulating else nullcontext``) -> ``contextlib.nullcontext``. Where the script imports
+      ``nullcontext`` from contextlib among its leading imports (and binds that name to nothing else), that
+      name is used instead.
     - ``nn.SyncBatchNorm.convert_sync_batchnorm(model)`` is reported.
 
     In the ddp data-parallel form (``--data-parallel ddp``, the ``2.9`` target's default) the wrapper stays,
@@ -79,9 +81,9 @@ class DdpToXla(Rule):
             self.replace(node, lambda updated: updated.args[0].value.with_changes(
                 lpar=updated.lpar, rpar=updated.rpar), f"{short(node)} -> {short(node.args[0].value)}: no DDP wrapper")
         elif patterns.method_call(node, "no_sync") and self._is_wrapper(node.func.value) and not node.args:
-            context = self.ctx.local_name("contextlib", "contextlib")
-            new = patterns.parsed_expression(f"{context}.nullcontext()")
-            self.replace(node, new, f"{short(node)} -> {context}.nullcontext(): no DDP wrapper to hold back")
+            nullcontext = self._nullcontext()
+            self.replace(node, patterns.parsed_expression(f"{nullcontext}()"),
+                         f"{short(node)} -> {nullcontext}(): no DDP wrapper to hold back")
 
     def _on_xla(self, node: cst.Call) -> None:
         """The ddp form: ``DDP(model, device_ids=[r], output_device=r)`` -> ``DDP(model,
@@ -137,9 +139,14 @@ class DdpToXla(Rule):
         parent = self.ctx.parent(node)
         if isinstance(parent, cst.Call) and parent.func is node:
             return  # model.no_sync() is rewritten as a call
-        context = self.ctx.local_name("contextlib", "contextlib")
-        self.replace(node, patterns.parsed_expression(f"{context}.nullcontext"),
-                     f"{short(node)} -> {context}.nullcontext: no DDP wrapper to hold back")
+        nullcontext = self._nullcontext()
+        self.replace(node, patterns.parsed_expression(nullcontext),
+                     f"{short(node)} -> {nullcontext}: no DDP wrapper to hold back")
+
+    def _nullcontext(self) -> str:
+        """The script's own ``nullcontext`` (``from contextlib import nullcontext``), else through the module."""
+        return (self.ctx.imported_name("contextlib.nullcontext")
+                or f"{self.ctx.local_name('contextlib', 'contextlib')}.nullcontext")
 
     # model.module ------------------------------------------------------------------------------------------
     def _is_wrapper(self, node: cst.BaseExpression) -> bool:
