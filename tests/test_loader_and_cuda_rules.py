@@ -1,5 +1,5 @@
 """Behaviour the golden outputs cannot show: the XLA301/XLA302 shared decision when both run, and the
-findings of the findings-only rules (XLA103, XLA900) and of XLA501."""
+findings of the findings-only rules (XLA103, XLA900) and of XLA102 and XLA501."""
 
 from __future__ import annotations
 
@@ -99,6 +99,16 @@ def test_xla501_reports_a_rank_test_once_however_many_saves_it_holds():
     result = migrate(source, select=["XLA501"])
     assert [(f.line, f.code) for f in result.findings] == [(2, "XLA501"), (5, "XLA501")]
     assert sum(line.strip().startswith("xm.save(") for line in result.code.splitlines()) == 3
+
+
+def test_xla102_reports_the_pin_memory_calls_it_leaves_where_the_script_defines_its_own():
+    source = (ROOT / "fixtures" / "XLA102" / "pin_memory_own_method.in.py").read_text()
+    result = migrate(source, select=["XLA102"])
+    assert result.code == source
+    assert [(f.line, f.code) for f in result.findings] == [(10, "XLA102"), (15, "XLA102")]
+    # Without a pin_memory method of the script's own, the calls go and nothing is left to report.
+    plain = migrate(source.replace("def pin_memory(self)", "def pinned(self)"), select=["XLA102"])
+    assert plain.findings == [] and ".pin_memory()" not in plain.code
 
 
 def test_xla107_reports_a_model_moved_after_its_optimizer_was_built():

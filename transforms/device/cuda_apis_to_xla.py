@@ -6,8 +6,8 @@ What it does:
       the two follow each other with the same seed).
     - ``torch.cuda.get_device_name(...)`` -> ``xm.xla_device_hw(device)`` (``"TPU"``, ``"GPU"``, ``"CPU"``).
     - ``x.pin_memory()`` -> ``x``: pinned host memory needs CUDA (without it the call fails), and the XLA
-      transfer does not use it. Left alone in a script that defines its own ``pin_memory`` method (a custom
-      batch type the DataLoader pins).
+      transfer does not use it. Left alone, and reported, in a script that defines its own ``pin_memory``
+      method (a custom batch type the DataLoader pins).
     - Statements that only configure CUDA are removed: ``torch.cuda.set_device(...)``,
       ``torch.cuda.empty_cache()``, ``torch.cuda.reset_peak_memory_stats()`` (and the other statistic
       resets), ``torch.cuda.init()``, ``torch.cuda.ipc_collect()``, and assignments to
@@ -79,6 +79,11 @@ class CudaApisToXla(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         if self._defines_pin_memory:
+            for node in self._pin_calls:
+                self.finding(node, f"{self._short(node)}: left as it is (the script defines a pin_memory method of "
+                             "its own), but a tensor's pin_memory() needs CUDA",
+                             "drop the call where its receiver is a tensor: the XLA transfer does not use pinned "
+                             "memory")
             return
         for node in self._pin_calls:
             self.replace(node, lambda updated: updated.func.value,
