@@ -4,8 +4,10 @@ What it does:
     Rewrites every way a script names a CUDA device to the target's XLA device: ``torch.device("cuda")``,
     ``torch.device("cuda:0")``, ``torch.device(f"cuda:{rank}")``, ``torch.device("cuda", i)``,
     ``"cuda" if torch.cuda.is_available() else "cpu"`` (and the ``torch.device`` of it) where a device is
-    assigned, ``torch.device("cuda") if ... else torch.device("cpu")`` wherever it is (as a whole), ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and
-    ``device="cuda"`` keyword arguments. Where a device is needed and the script has no device variable in
+    assigned, ``torch.device("cuda") if ... else torch.device("cpu")`` wherever it is (as a whole, also with a
+    CUDA device in both branches: ``torch.device(f"cuda:{rank}") if rank else torch.device("cuda")``),
+    ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and ``device="cuda"``
+    keyword arguments. Where a device is needed and the script has no device variable in
     scope, ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
     Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
 
@@ -39,6 +41,12 @@ class CudaDeviceToXla(Rule):
     summary = "CUDA devices (torch.device('cuda'), .cuda(), .to('cuda'), device='cuda') -> the XLA device"
     on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # Device expressions replaced whole (``torch.device(f"cuda:{r}") if r else torch.device("cuda")``, a
+        # device definition's value): the calls inside them are not edited again.
+        self._replaced_whole: set[cst.BaseExpression] = set()
+
     def _short(self, node: cst.CSTNode) -> str:
         text = " ".join(patterns.code_of(node).split())
         return text if len(text) <= 60 else text[:57] + "..."
@@ -60,10 +68,20 @@ class CudaDeviceToXla(Rule):
             return
         device = self.ctx.spell("device")
         self.replace(value, patterns.parsed_expression(device), f"{self._short(value)} -> {device}")
+        self._replaced_whole.add(value)
+
+    def _in_replaced_whole(self, node: cst.CSTNode) -> bool:
+        """Inside a device expression replaced as a whole (an edit of a part would overlap the whole one)."""
+        current: cst.CSTNode | None = node
+        while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.BaseStatement)):
+            if current in self._replaced_whole:
+                return True
+            current = self.ctx.parent(current)
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        if ctx.facts.uses_accelerate:
+        if ctx.facts.uses_accelerate or (self._replaced_whole and self._in_replaced_whole(node)):
             return
         if ctx.is_call_to(node, "torch.device"):
             if is_cuda_device_expr(node, ctx.qualnames):
@@ -91,6 +109,7 @@ class CudaDeviceToXla(Rule):
             self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
         else:
             self._use_device(node)
+        self._replaced_whole.add(node)
 
     def _use_device(self, node: cst.BaseExpression) -> None:
         device = self.ctx.device_reference(node, self.code)
