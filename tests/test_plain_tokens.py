@@ -48,7 +48,8 @@ EDGE_CASES = {
     "a combining mark first": "x = \u0301abc\n",
     "error characters": "x = $ + ? + `a`\n",
     "decorators": "@d\n@e(1)\ndef f():\n    pass\nclass C:\n    @property\n    def p(self): ...\n",
-    "elif chains and clauses": "if a:\n    pass\nelif b:\n    pass\nelse:\n    pass\ntry:\n    x\nexcept E:\n    y\nfinally:\n    z\n",
+    "elif chains and clauses": ("if a:\n    pass\nelif b:\n    pass\nelse:\n    pass\n"
+                                "try:\n    x\nexcept E:\n    y\nfinally:\n    z\n"),
     "match statement": "match x:\n    case [1, *rest]:\n        pass\n    case {'k': v}:\n        pass\n",
     "semicolons and one-line blocks": "if a: b; c\nwhile d: e\n",
     "vertical tab and other breaks inside a line": "x = 1 \x0b+ 2\ny = '\u2028'\n",

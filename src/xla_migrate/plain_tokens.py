@@ -11,7 +11,8 @@ tokenize's own patterns do the rest.
 
 Plain means no carriage return and no form feed (``is_plain``): tokenize splits lines at LF only and
 treats a CR as a newline token within them, and a form feed resets its indentation count; such text
-goes to ``tokenize`` itself. ``tests/test_plain_tokens.py`` compares the two on every file of the repository and on edge cases.
+goes to ``tokenize`` itself. ``tests/test_plain_tokens.py`` compares the two on every file of the repository
+and on edge cases.
 """
 
 from __future__ import annotations
