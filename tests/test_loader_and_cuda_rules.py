@@ -79,6 +79,23 @@ def test_xla900_keeps_reporting_a_construct_a_replacement_keeps():
     assert [(f.line, f.code) for f in result.findings] == [(2, "XLA900")]
 
 
+def test_xla900_reports_a_pin_memory_call_that_stays():
+    source = ("import torch\n"
+              "import torch_xla.core.xla_model as xm\n"
+              "if use_xla:\n"
+              "    buffer = torch.zeros(8, device=xm.xla_device())\n"
+              "else:\n"
+              "    buffer = torch.ByteTensor(8).pin_memory()\n"
+              "y = x.pin_memory()\n")
+    # A script already on XLA: the code outside its XLA branch stays as it is, and each call is reported.
+    result = migrate(source)
+    assert [(f.line, f.code) for f in result.findings] == [(6, "XLA900"), (7, "XLA900")]
+    assert result.code == source
+    # In a CUDA script XLA102 drops the calls: nothing is left to report.
+    cuda_script = migrate("import torch\nbuffer = torch.zeros(8).pin_memory()\ny = x.pin_memory()\n")
+    assert cuda_script.findings == [] and ".pin_memory()" not in cuda_script.code
+
+
 def test_xla501_reports_options_and_rank_guards():
     source = ("import torch\n"
               "torch.save(m, p, pickle_protocol=4)\n"

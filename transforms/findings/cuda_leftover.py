@@ -4,9 +4,9 @@ What it does:
     After every other rule has recorded its edits, reports each CUDA-specific construct that will still be
     in the output, one finding per construct with its line: ``torch.cuda.*`` in any spelling (``import
     torch as T``, ``from torch import cuda``, ``from torch.cuda.amp import autocast``), ``.cuda()`` and other
-    ``.cuda`` attributes, ``torch.backends.cudnn`` / ``torch.backends.cuda`` / ``torch.version.cuda``,
-    device strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``), the ``"nccl"`` backend, and imports of
-    CUDA modules that stay. A construct inside code another rule replaces or removes is not reported,
+    ``.cuda`` attributes, ``.pin_memory()`` calls, ``torch.backends.cudnn`` / ``torch.backends.cuda`` /
+    ``torch.version.cuda``, device strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``), the ``"nccl"``
+    backend, and imports of CUDA modules that stay. A construct inside code another rule replaces or removes is not reported,
     unless the replacement keeps it (``torch.cuda.FloatTensor(n).cuda()`` keeps its receiver); an import
     another rule made dead, and removes, is not reported either. Constructs another rule already reported
     at the same place are not reported twice. Nothing is rewritten.
@@ -138,7 +138,17 @@ class CudaLeftover(Rule):
         return current if isinstance(current, (cst.Import, cst.ImportFrom)) else None
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "pin_memory":
+            self._pin_memory(node)
         self._expression(node)
+
+    def _pin_memory(self, node: cst.Attribute) -> None:
+        """``x.pin_memory()``: pinned host memory needs CUDA (XLA102 drops the calls it can)."""
+        call = self.ctx.parent(node)
+        if isinstance(call, cst.Call) and call.func is node:
+            text = f".pin_memory() on {' '.join(patterns.code_of(node.value).split())}"
+            self._candidates.append((call, call, text, "pinned host memory needs CUDA: drop the call (the XLA "
+                                     "transfer does not use it)"))
 
     def visit_Name(self, node: cst.Name) -> None:
         # Most names are neither: for a name, _expression does nothing else (a name holds no chain).
