@@ -74,6 +74,11 @@ class EditApplier(cst.CSTTransformer):
             else:
                 result = factory(updated)
                 changed = True
+                if isinstance(result, cst.FlattenSentinel) and isinstance(self.ctx.parent(original), _BLOCKS):
+                    # One statement replaced by several (an if unwrapped): spliced in where its block is
+                    # rebuilt, as an if folded to one of its branches is.
+                    self._folded[original] = list(result.nodes)
+                    result = updated
         if isinstance(original, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and any(
                 o in self.removed for o in original.body):
             kept = [s for o, s in zip(original.body, result.body) if o not in self.removed]
@@ -95,7 +100,7 @@ class EditApplier(cst.CSTTransformer):
         if original in self._negated_ifs or original in self._emptied_else:
             result = self._rebuild_if(original, result)
             changed = True
-        elif changed and isinstance(original, (cst.If, cst.IfExp)):
+        elif changed and isinstance(original, (cst.If, cst.IfExp)) and original not in self._folded:
             result = self._fold_equal_branches(original, result)
         self._changed_below[-1] = self._changed_below[-1] or changed
         return result

@@ -11,12 +11,12 @@ What it does:
     - ``use_amp = torch.cuda.is_available()`` -> ``use_amp = True``; ``pin_memory=torch.cuda.is_available()``
       -> ``pin_memory=True``.
     - ``not args.no_cuda and torch.cuda.is_available()`` -> ``not args.no_cuda``.
-    - ``if torch.cuda.is_available(): x`` -> ``x`` (a one-statement branch is kept without the ``if``; its
-      ``else`` is dropped; statements other rules remove from it do not count);
+    - ``if torch.cuda.is_available(): x`` -> ``x`` (the taken branch is kept without the ``if``, one level
+      less indented; its ``else`` is dropped; statements other rules remove from it do not count);
       ``if device.type != "cuda": ...`` without ``else`` is removed (with an ``elif``, the ``elif`` becomes
-      the ``if``), and so is an ``if`` whose branch held
-      only removed CUDA code. A longer branch, or an ``if`` line with a comment, keeps its ``if`` with the
-      folded test (``if True:``), so nothing is re-indented and no comment is lost.
+      the ``if``), and so is an ``if`` whose branch held only removed CUDA code. An ``if`` line with a
+      comment, or a branch ending in one, keeps its ``if`` with the folded test (``if True:``), so no
+      comment is lost.
     - ``assert torch.cuda.is_available()`` is removed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
@@ -240,21 +240,19 @@ class CudaGates(Rule):
             return
         if in_block and branch is not None and self._plain(branch) and (
                 value or orelse is None or isinstance(orelse, cst.Else)):
-            constant = _constant(value)
-
-            def fold(updated: cst.If) -> cst.BaseStatement:
+            def fold(updated: cst.If) -> cst.BaseStatement | cst.FlattenSentinel:
                 # Decided on the updated node: statements other rules removed from the branch are gone.
                 suite = updated.body if value else updated.orelse.body
                 if isinstance(suite, cst.SimpleStatementSuite):
                     statement = cst.SimpleStatementLine(body=suite.body, trailing_whitespace=suite.trailing_whitespace)
                 elif len(suite.body) == 1:
                     statement = suite.body[0]
-                else:  # several statements: keep the if (nothing is re-indented), with the test folded
-                    return updated.with_changes(test=constant)
+                else:  # several statements: they take the if's place (its blank lines and comments go first)
+                    return cst.FlattenSentinel(suite.body)
                 return statement.with_changes(leading_lines=[*updated.leading_lines, *statement.leading_lines])
 
             self.replace(node, fold, f"if {text}: {value} on XLA, kept the {'body' if value else 'else branch'}"
-                         " (without the if when it is one statement)")
+                         " without the if")
             return
         self.replace(node.test, _constant(value), f"if {text} -> if {value} (its value on the XLA accelerator)")
 
