@@ -24,6 +24,7 @@ import re
 import sys
 import token
 import tokenize
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import plain_tokens
@@ -89,11 +90,12 @@ def scan(text: str) -> tuple[tuple[int, int] | None, TopLevel | None]:
     return None, top_level
 
 
-# Python 3.12 tokenizes in C; before it, plain_tokens gives tokenize's tokens at about half its cost.
+# Python 3.12 tokenizes in C; before it, plain_tokens gives tokenize's tokens at about 60% of its cost.
 _TOKENIZES_IN_PYTHON = sys.version_info < (3, 12)
 
 
-def _tokens(text: str):
+def _tokens(text: str) -> Iterator[tuple]:
+    """tokenize.TokenInfo tuples, or plain_tokens' (type, string, start): the check reads those three."""
     if _TOKENIZES_IN_PYTHON and plain_tokens.is_plain(text):
         return plain_tokens.tokens(text)
     return tokenize.generate_tokens(io.StringIO(text).readline)
@@ -110,7 +112,7 @@ def _check(tokens, top_level: TopLevel) -> None:
     branches: list[int] = [0]
     at_statement_start = True
     after_decorator = False  # the last top-level logical line was a decorator
-    previous: tokenize.TokenInfo | None = None
+    previous: tuple | None = None
     for tok in tokens:
         kind, value = tok[0], tok[1]  # a TokenInfo, or plain_tokens' (type, string, start)
         if kind == token.INDENT:
@@ -180,7 +182,7 @@ def _check(tokens, top_level: TopLevel) -> None:
             previous = tok
 
 
-def _is_trailer(previous: tokenize.TokenInfo | None) -> bool:
+def _is_trailer(previous: tuple | None) -> bool:
     if previous is None:
         return False
     if previous[0] == token.OP:
@@ -206,6 +208,6 @@ def _fstring_nesting(value: str) -> int:
     return deepest
 
 
-def _limit(depth: int, tok: tokenize.TokenInfo) -> None:
+def _limit(depth: int, tok: tuple) -> None:
     if depth > MAX_DEPTH:
         raise TooDeep(tok[2][0], tok[2][1] + 1)
