@@ -7,8 +7,8 @@ What it does:
     assigned, ``torch.device("cuda") if ... else torch.device("cpu")`` wherever it is (as a whole, also with a
     CUDA device in both branches: ``torch.device(f"cuda:{rank}") if rank else torch.device("cuda")``),
     ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and ``device="cuda"``
-    keyword arguments. Where a device is needed and the script has no device variable in
-    scope, ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
+    keyword arguments. Where a device is needed and the script has no device variable in scope,
+    ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
     Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
 
 Why:

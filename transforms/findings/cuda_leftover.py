@@ -6,10 +6,10 @@ What it does:
     torch as T``, ``from torch import cuda``, ``from torch.cuda.amp import autocast``), ``.cuda()`` and other
     ``.cuda`` attributes, ``.pin_memory()`` calls, ``torch.backends.cudnn`` / ``torch.backends.cuda`` /
     ``torch.version.cuda``, device strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``), the ``"nccl"``
-    backend, and imports of CUDA modules that stay. A construct inside code another rule replaces or removes is not reported,
-    unless the replacement keeps it (``torch.cuda.FloatTensor(n).cuda()`` keeps its receiver); an import
-    another rule made dead, and removes, is not reported either. Constructs another rule already reported
-    at the same place are not reported twice. Nothing is rewritten.
+    backend, and imports of CUDA modules that stay. A construct inside code another rule replaces or removes
+    is not reported, unless the replacement keeps it (``torch.cuda.FloatTensor(n).cuda()`` keeps its
+    receiver); an import another rule made dead, and removes, is not reported either. Constructs another
+    rule already reported at the same place are not reported twice. Nothing is rewritten.
 
 Why:
     The migration must never leave CUDA code behind silently: on an XLA machine it fails (``.cuda()``,
