@@ -97,8 +97,9 @@ def test_nothing_written_on_error_through_a_real_process(tmp_path):
 
 def test_large_generated_script_finishes_with_bounded_memory(tmp_path):
     """A 5 MB generated script (about 150,000 lines) through a real process: it migrates completely, and
-    the process's peak memory stays bounded (measured here: about 5.5 GB, 7-9 minutes on one core; the
-    bound leaves room on a 24 GB machine). XLA_MIGRATE_LARGE_FILE_MB sets another size."""
+    the process's peak memory stays bounded (measured here: about 1.35 GB in 46-48 s, against issue 17's
+    bar of 1.5 GB; the bound, 2 GB at 5 MB, leaves room for other machines' allocators).
+    XLA_MIGRATE_LARGE_FILE_MB sets another size."""
     import resource
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -112,7 +113,7 @@ def test_large_generated_script_finishes_with_bounded_memory(tmp_path):
     output = (tmp_path / "big_xla.py").read_text()
     assert output.count("xm.optimizer_step(optimizer)") == source.read_text().count("optimizer.step()")
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    assert peak_mb < 1500 + 1700 * megabytes, f"peak memory {peak_mb:.0f} MB"
+    assert peak_mb < 500 + 300 * megabytes, f"peak memory {peak_mb:.0f} MB"
 
 
 # Writes through symlinks and to special files ------------------------------------------------------------
