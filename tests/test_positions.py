@@ -10,7 +10,7 @@ import pytest
 from libcst._nodes.base import CSTNode
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-from xla_migrate.positions import Positions, render
+from xla_migrate.positions import Positions, render, render_in_pieces, render_module
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.py"))
@@ -189,3 +189,35 @@ def test_render_gives_libcsts_code_for_modules_and_their_statements(path):
     for statement in module.body[:20]:
         assert render(statement, module) == module.code_for_node(statement)
         assert render(statement) == cst.Module(body=[]).code_for_node(statement)
+
+
+def _rearranged(module: cst.Module) -> list[cst.Module]:
+    """Outputs as the edits make them: top-level statements kept (the same objects), moved, added, changed."""
+    body = list(module.body)
+    added = cst.parse_statement("import torch_xla.core.xla_model as xm\n")
+    outputs = [module, module.with_changes(body=[added, *body]), module.with_changes(body=[*body, added])]
+    if len(body) > 1:
+        # The last statement in the middle (without a final newline, its text lacked one); one changed.
+        outputs.append(module.with_changes(body=[body[-1], *body[:-1]]))
+        outputs.append(module.with_changes(body=[body[0].deep_clone(), *body[1:]]))
+    return outputs
+
+
+# With the layouts above: no final newline, a header and a footer, tabs and CRLF, empty modules.
+OUTPUT_LAYOUTS = ["x = 1\ny = 2", "# header\n\nx = 1\n\n\ny = 2\n# footer\n", "if a:\n\tb = 1\r\nc = 2\r\n",
+                  "", "\n\n", "x = 1  # no newline at the end", "def f():\n  return 1\n\n\nclass C:\n  pass\n"]
+
+
+@pytest.mark.parametrize("source", [*OUTPUT_LAYOUTS, *(LAYOUTS[name] for name in sorted(LAYOUTS)),
+                                    *(p.read_bytes() for p in FIXTURES[::5])],
+                         ids=lambda s: repr(s[:20]) if isinstance(s, str) else None)
+def test_an_output_render_reusing_the_inputs_text_is_libcsts_code(source):
+    module = cst.parse_module(source)
+    input_text = Positions(module).input_text
+    assert input_text.code == module.code
+    for output in _rearranged(module):
+        assert render_module(output, input_text) == output.code
+        assert render_in_pieces(output, 40, input_text)[0] == output.code
+    # A layout the input does not have (another indentation) renders every statement again.
+    other = module.with_changes(default_indent="        ")
+    assert render_module(other, input_text) == other.code

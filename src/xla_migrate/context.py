@@ -125,6 +125,8 @@ class MigrationContext:
         # needs the render anyway (the input's code, for the gate and for an unchanged file).
         self._positions = Positions(self.module)
         self.input_code: str = self._positions.code
+        # The input's code with its top-level statements' spans (outputs reuse the text of those they keep).
+        self.input_text = self._positions.input_text
         self._parents = self._positions.parents
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
         # This file's view of the project index (project.py), or None: migrated alone.

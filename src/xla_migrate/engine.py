@@ -319,14 +319,16 @@ class _Gate:
 
     def __init__(self, ctx: MigrationContext) -> None:
         self._large = large_files.is_large(ctx.input_code)
-        source_pieces = (lambda: _in_pieces(ctx.module)[1]) if self._large else None
+        self._input_text = ctx.input_text
+        source_pieces = (lambda: _in_pieces(ctx.module, self._input_text)[1]) if self._large else None
         self._gate = gate.OutputGate(ctx.input_code, source_pieces)
         self._pieces: list[int] | None = None  # where the pieces of the output rendered last start
 
     def render(self, module: cst.Module) -> str:
+        """The output's code: the top-level statements the edits left as they were are the input's text."""
         if not self._large:
-            return positions.render(module)
-        code, self._pieces = _in_pieces(module)
+            return positions.render_module(module, self._input_text)
+        code, self._pieces = _in_pieces(module, self._input_text)
         return code
 
     def problem(self, output: str) -> str | None:
@@ -334,8 +336,8 @@ class _Gate:
         return self._gate.problem(output, self._pieces)
 
 
-def _in_pieces(module: cst.Module) -> tuple[str, list[int]]:
-    return positions.render_in_pieces(module, large_files.PIECE_CHARS)
+def _in_pieces(module: cst.Module, input_text: positions.InputText) -> tuple[str, list[int]]:
+    return positions.render_in_pieces(module, large_files.PIECE_CHARS, input_text)
 
 
 def _withdraw_until_clean(ctx: MigrationContext, output_gate: _Gate) -> Applied:

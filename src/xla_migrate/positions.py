@@ -6,13 +6,15 @@ keeps a running character offset (one addition per token) and records each node'
 packed in one int (a tuple of two ints took three objects per node: 0.3 GB more on a 5 MB script); an offset
 becomes libcst's (line, column) only when a node's position is asked, by bisection over the
 offsets where lines start. The positions are libcst's exactly (tests/test_positions.py checks every node),
-and the same render gives the module's code.
+and the same render gives the module's code, with where each top-level statement's text lies in it: an
+output's render copies the text of the top-level statements the edits kept (``InputText``).
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from dataclasses import dataclass
 from itertools import accumulate
 
 import libcst as cst
@@ -124,21 +126,52 @@ def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:
 _DEFAULT_LAYOUT = cst.Module(body=[])
 
 
-def render_in_pieces(module: cst.Module, piece_chars: int) -> tuple[str, list[int]]:
+@dataclass(frozen=True)
+class InputText:
+    """The input's render, for rendering outputs: the code, and the text of each top-level statement in it
+    (leading comments and blank lines included) by the statement node. An output keeps most of the input's
+    top-level statements as they are (the same objects): their text is the input's, rendered again by the
+    same codegen with the same module layout."""
+
+    code: str
+    spans: dict[cst.CSTNode, tuple[int, int]]
+    default_indent: str
+    default_newline: str
+
+    def reusable_in(self, module: cst.Module) -> bool:
+        return module.default_indent == self.default_indent and module.default_newline == self.default_newline
+
+
+def render_module(module: cst.Module, reused: InputText | None = None) -> str:
+    """``module.code``; the top-level statements ``reused`` holds are copied from the input's code."""
+    return render_in_pieces(module, None, reused)[0]
+
+
+def render_in_pieces(module: cst.Module, piece_chars: int | None,
+                     reused: InputText | None = None) -> tuple[str, list[int]]:
     """``module.code``, and the offsets where its pieces start: the first at 0, each later one where a
     top-level statement (its leading comments and blank lines included) starts at least ``piece_chars``
-    after the last. The render is Module's own (header, statements, footer, the final newline)."""
+    after the last (no later piece when None). The render is Module's own (header, statements, footer, the
+    final newline); the top-level statements ``reused`` holds are copied from the input's code."""
     state = _PlainCodegenState(module.default_indent, module.default_newline)
     tokens = state.tokens
+    spans = reused.spans if reused is not None and reused.reusable_in(module) else {}
+    # Without a final newline, Module's codegen pops the last token: the last statement is rendered.
+    last = module.body[-1] if module.body and not module.has_trailing_newline else None
     starts, offset, counted = [0], 0, 0
     for line in module.header:
         line._codegen(state)
     for index, statement in enumerate(module.body):
-        offset += sum(map(len, tokens[counted:]))
-        counted = len(tokens)
-        if index and offset - starts[-1] >= piece_chars:
-            starts.append(offset)
-        statement._codegen(state)
+        if piece_chars is not None:
+            offset += sum(map(len, tokens[counted:]))
+            counted = len(tokens)
+            if index and offset - starts[-1] >= piece_chars:
+                starts.append(offset)
+        span = spans.get(statement)
+        if span is not None and statement is not last:
+            tokens.append(reused.code[span[0]:span[1]])
+        else:
+            statement._codegen(state)
     for line in module.footer:
         line._codegen(state)
     if module.has_trailing_newline:
@@ -154,11 +187,31 @@ class Positions:
 
     def __init__(self, module: cst.Module) -> None:
         state = _OffsetCodegenState(module.default_indent, module.default_newline)
-        module._codegen(state)
+        # Module's own codegen (CSTNode._codegen around Module._codegen_impl), keeping where each top-level
+        # statement's text starts and ends.
+        spans: dict[cst.CSTNode, tuple[int, int]] = {}
+        state.before_codegen(module)
+        for line in module.header:
+            line._codegen(state)
+        for statement in module.body:
+            start = state.offset
+            statement._codegen(state)
+            spans[statement] = (start, state.offset)
+        for line in module.footer:
+            line._codegen(state)
+        if module.has_trailing_newline:
+            if not state.tokens:
+                state.add_token(state.default_newline)
+        else:
+            state.pop_trailing_newline()
+            if module.body:
+                del spans[module.body[-1]]  # its final newline was popped: its text is not all in the code
+        state.after_codegen(module)
         self._ranges = state.ranges
         self.parents: dict[cst.CSTNode, cst.CSTNode] = state.parents  # child -> parent, every node but the module
         self.code: str = "".join(state.tokens)
         self._line_starts = _line_starts(state.tokens, state.popped, self.code)
+        self.input_text = InputText(self.code, spans, module.default_indent, module.default_newline)
 
     def range(self, node: cst.CSTNode) -> CodeRange | None:
         offsets = self._ranges.get(node)
