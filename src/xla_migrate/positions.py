@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -159,9 +160,7 @@ def render_in_pieces(module: cst.Module, piece_chars: int | None,
     # Without a final newline, Module's codegen pops the last token: the last statement is rendered.
     last = module.body[-1] if module.body and not module.has_trailing_newline else None
     starts, offset, counted = [0], 0, 0
-    for line in module.header:
-        line._codegen(state)
-    for index, statement in enumerate(module.body):
+    for index, statement in enumerate(_module_statements(module, state)):
         if piece_chars is not None:
             offset += sum(map(len, tokens[counted:]))
             counted = len(tokens)
@@ -172,14 +171,23 @@ def render_in_pieces(module: cst.Module, piece_chars: int | None,
             tokens.append(reused.code[span[0]:span[1]])
         else:
             statement._codegen(state)
+    return "".join(tokens), starts
+
+
+def _module_statements(module: cst.Module, state: CodegenState) -> Iterator[cst.BaseStatement]:
+    """Module's own codegen (``Module._codegen_impl``) around its statements: renders the header, gives
+    each statement for the caller to render, then renders the footer and the final newline (libcst pops
+    the last token when the file has none)."""
+    for line in module.header:
+        line._codegen(state)
+    yield from module.body
     for line in module.footer:
         line._codegen(state)
     if module.has_trailing_newline:
-        if not tokens:
+        if not state.tokens:
             state.add_token(state.default_newline)
     else:
         state.pop_trailing_newline()
-    return "".join(tokens), starts
 
 
 class Positions:
@@ -187,25 +195,16 @@ class Positions:
 
     def __init__(self, module: cst.Module) -> None:
         state = _OffsetCodegenState(module.default_indent, module.default_newline)
-        # Module's own codegen (CSTNode._codegen around Module._codegen_impl), keeping where each top-level
+        # The module's codegen (CSTNode._codegen around Module._codegen_impl), keeping where each top-level
         # statement's text starts and ends.
         spans: dict[cst.CSTNode, tuple[int, int]] = {}
         state.before_codegen(module)
-        for line in module.header:
-            line._codegen(state)
-        for statement in module.body:
+        for statement in _module_statements(module, state):
             start = state.offset
             statement._codegen(state)
             spans[statement] = (start, state.offset)
-        for line in module.footer:
-            line._codegen(state)
-        if module.has_trailing_newline:
-            if not state.tokens:
-                state.add_token(state.default_newline)
-        else:
-            state.pop_trailing_newline()
-            if module.body:
-                del spans[module.body[-1]]  # its final newline was popped: its text is not all in the code
+        if not module.has_trailing_newline and module.body:
+            del spans[module.body[-1]]  # its final newline was popped: its text is not all in the code
         state.after_codegen(module)
         self._ranges = state.ranges
         self.parents: dict[cst.CSTNode, cst.CSTNode] = state.parents  # child -> parent, every node but the module
