@@ -17,7 +17,7 @@ from pathlib import Path
 import libcst as cst
 
 from xla_migrate import migrate
-from xla_migrate.gate import OutputGate
+from xla_migrate.engine.gate import OutputGate
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from xla_migrate.positions import Positions
+from xla_migrate.syntax.positions import Positions
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from xla_migrate import tree
-from xla_migrate.project import index_for
+from xla_migrate.cli import tree
+from xla_migrate.analysis.project import index_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 0.10

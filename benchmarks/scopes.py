@@ -1,4 +1,4 @@
-"""Name resolution: libcst's ScopeProvider against xla_migrate.scopes, on the same parsed modules.
+"""Name resolution: libcst's ScopeProvider against xla_migrate.analysis.scopes, on the same parsed modules.
 
     .venv/bin/python benchmarks/scopes.py [DIR ...] [--repeat N]
 
@@ -26,7 +26,10 @@ from libcst.metadata import ExpressionContextProvider, ScopeProvider
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from xla_migrate import context, migrate, scopes, walk  # noqa: E402
+from xla_migrate.engine import context
+from xla_migrate import migrate
+from xla_migrate.analysis import scopes
+from xla_migrate.syntax import walk  # noqa: E402
 
 
 def _best(repeat: int, run) -> float:
@@ -79,10 +82,10 @@ def main() -> None:
         own_contexts = _best(args.repeat, lambda: [scopes.expression_contexts(m) for m in modules])
     print(f"{len(modules)} files, best of {args.repeat}, load average {os.getloadavg()[0]:.2f}")
     print(f"pipeline, libcst ScopeProvider {before:7.3f} s  {before / floor:5.2f}x floor ({floor:.3f} s)")
-    print(f"pipeline, xla_migrate.scopes   {after:7.3f} s  {after / floor:5.2f}x floor")
+    print(f"pipeline, xla_migrate.analysis.scopes   {after:7.3f} s  {after / floor:5.2f}x floor")
     print(f"libcst ScopeProvider          {libcst_scopes:7.3f} s  "
           f"(its ExpressionContextProvider {libcst_contexts:.3f} s)")
-    print(f"xla_migrate.scopes            {own_scopes:7.3f} s  (its expression_contexts {own_contexts:.3f} s)")
+    print(f"xla_migrate.analysis.scopes            {own_scopes:7.3f} s  (its expression_contexts {own_contexts:.3f} s)")
     print(f"ratio                         {libcst_scopes / own_scopes:7.1f}x  "
           f"(expression contexts {libcst_contexts / own_contexts:.1f}x)")
 

@@ -81,9 +81,10 @@ import sys, time
 marks = [time.perf_counter()]
 import libcst, libcst.metadata
 marks.append(time.perf_counter())
-from xla_migrate import cli, engine
+from xla_migrate.cli import main as cli
+from xla_migrate.engine import pipeline as engine
 marks.append(time.perf_counter())
-from xla_migrate.registry import all_rules
+from xla_migrate.engine.registry import all_rules
 all_rules()
 marks.append(time.perf_counter())
 for _ in range(2):

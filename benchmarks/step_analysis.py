@@ -20,11 +20,11 @@ from pathlib import Path
 
 import libcst as cst
 
-from xla_migrate.context import MigrationContext
-from xla_migrate.engine import _BatchedRules
-from xla_migrate.registry import all_rules
-from xla_migrate.steps import StepModel
-from xla_migrate.targets import get_target
+from xla_migrate.engine.context import MigrationContext
+from xla_migrate.engine.pipeline import _BatchedRules
+from xla_migrate.engine.registry import all_rules
+from xla_migrate.analysis.steps import StepModel
+from xla_migrate.engine.targets import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP_RULES = ("XLA301", "XLA302", "XLA310", "XLA311", "XLA312", "XLA313", "XLA314", "XLA406")

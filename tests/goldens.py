@@ -59,7 +59,7 @@ def golden_folders() -> list[Path]:
 
 
 def cases(folders: list[str] | None = None) -> list[Case]:
-    from xla_migrate.targets import TARGETS
+    from xla_migrate.engine.targets import TARGETS
 
     found = []
     for folder in golden_folders():
@@ -77,7 +77,7 @@ def cases(folders: list[str] | None = None) -> list[Case]:
 
 
 def _other_forms(target) -> list[str]:
-    from xla_migrate.targets import DATA_PARALLEL_FORMS, data_parallel_problem
+    from xla_migrate.engine.targets import DATA_PARALLEL_FORMS, data_parallel_problem
 
     return [form for form in DATA_PARALLEL_FORMS
             if form != target.default_data_parallel and data_parallel_problem(target, form) is None]
@@ -97,7 +97,7 @@ def _is_distributed(folder: str, source: Path) -> bool:
 def _targets_of(folder: str, all_targets: list[str]) -> list[str]:
     if folder == WHOLE_SCRIPTS:
         return all_targets
-    from xla_migrate.registry import all_rules
+    from xla_migrate.engine.registry import all_rules
 
     for rule in all_rules():
         if rule.code == folder:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from xla_migrate.layout import split_lines
+from xla_migrate.syntax.layout import split_lines
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # Names xla-migrate's own output uses: the module aliases of the target table and its device variables.
@@ -249,7 +249,8 @@ def make_case(seed: int) -> Case:
 # Checking one ------------------------------------------------------------------------------------------------
 def problems(source: str, target: str) -> list[tuple[str, str]]:
     """(kind, detail) of everything wrong with migrating ``source``: [] for a clean migration."""
-    from xla_migrate import gate, migrate
+    from xla_migrate.engine import gate
+    from xla_migrate import migrate
 
     try:
         result = migrate(source, target=target)
@@ -275,7 +276,7 @@ def problems(source: str, target: str) -> list[tuple[str, str]]:
 
 
 def main(count: int, first_seed: int = 0) -> None:
-    from xla_migrate.targets import TARGETS
+    from xla_migrate.engine.targets import TARGETS
 
     kinds: dict[tuple[str, str], list[tuple[int, str, Case]]] = {}
     for seed in range(first_seed, first_seed + count):

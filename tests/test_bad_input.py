@@ -14,7 +14,8 @@ import pytest
 from helpers import CUDA_SCRIPT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate import cli, files
+from xla_migrate.cli import main as cli
+from xla_migrate.report import files
 
 runner = CliRunner()
 
@@ -61,7 +62,7 @@ def test_failing_write_midway_keeps_the_old_file_and_leaves_no_temp(tmp_path, mo
 KILLER = """
 import sys
 from pathlib import Path
-from xla_migrate import files
+from xla_migrate.report import files
 target = Path(sys.argv[1])
 data = b"y" * (64 * 1024 * 1024)
 print("ready", flush=True)
@@ -218,7 +219,7 @@ def test_deeply_nested_input_is_one_line_and_exit_2(tmp_path):
 
 def _at_the_limit(make):
     """The largest size ``make(n)`` the nesting guard accepts."""
-    from xla_migrate.nesting import too_deep_at
+    from xla_migrate.syntax.nesting import too_deep_at
 
     low, high = 1, 4000
     while high - low > 1:
@@ -245,7 +246,7 @@ def test_input_at_the_nesting_limit_migrates_with_room_to_spare(shape):
     """What the guard accepts, libcst survives with 150 frames of the caller's on the stack (pytest's own
     and more): the limit sits well within what libcst's recursion allows (see nesting.py for the figures)."""
     from xla_migrate import migrate
-    from xla_migrate.nesting import too_deep_at
+    from xla_migrate.syntax.nesting import too_deep_at
 
     size = _at_the_limit(SHAPES[shape])
     assert too_deep_at(SHAPES[shape](size + 3)) is not None

@@ -12,7 +12,8 @@ import pytest
 from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, ROOT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate import cli, migrate
+from xla_migrate.cli import main as cli
+from xla_migrate import migrate
 
 runner = CliRunner()
 
@@ -309,7 +310,7 @@ def test_a_file_named_like_a_subcommand_is_still_migrated(tmp_path):
 def test_list_rules_as_json(tmp_path):
     done = run_cli("--list-rules", "--format", "json", cwd=tmp_path)
     rules = json.loads(done.stdout)
-    from xla_migrate.registry import all_rules
+    from xla_migrate.engine.registry import all_rules
 
     assert [r["code"] for r in rules] == [r.code for r in all_rules()]
     first = rules[0]

@@ -15,8 +15,9 @@ from helpers import CUDA_SCRIPT, run_cli, tree_snapshot
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from xla_migrate import cli, engine
-from xla_migrate.registry import all_rules
+from xla_migrate.cli import main as cli
+from xla_migrate.engine import pipeline as engine
+from xla_migrate.engine.registry import all_rules
 
 # Command lines the fast path takes: every option it knows, in the forms click accepts (--opt VALUE and
 # --opt=VALUE, options before, between and after the paths, -q counted), and odd values.
@@ -149,8 +150,8 @@ def test_plain_run_imports_no_unused_library(tmp_path):
     code, modules = json.loads(done.stdout)
     assert code == 0, done.stderr
     assert (tmp_path / "train_xla.py").read_text() != CUDA_SCRIPT and "libcst" in modules
-    unused = {"typer", "click", "pydantic", "rich", "unidiff", "nbformat", "xla_migrate.cli_typer",
-              "xla_migrate.verify", "xla_migrate.notebooks", "xla_migrate.workers", "xla_migrate.summary",
+    unused = {"typer", "click", "pydantic", "rich", "unidiff", "nbformat", "xla_migrate.cli.typer_app",
+              "xla_migrate.verify.core", "xla_migrate.cli.notebooks", "xla_migrate.cli.workers", "xla_migrate.report.summary",
               "pathspec", "importlib.metadata", "email", "difflib"}
     assert not unused & {name for module in modules for name in (module, module.split(".")[0])}
 
@@ -240,7 +241,9 @@ def _uses_attribute_hooks_by_dir(visitor_type: type) -> bool:
 
 
 def test_attribute_hooks_are_found_as_dir_finds_them():
-    from xla_migrate import context, steps, walk  # noqa: F401 - their visitors are among those checked
+    from xla_migrate.engine import context
+    from xla_migrate.analysis import steps
+    from xla_migrate.syntax import walk  # noqa: F401 - their visitors are among those checked
 
     class Hooked(cst.CSTVisitor):
         def visit_Call_func(self, node) -> None:

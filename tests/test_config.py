@@ -6,7 +6,8 @@ import pytest
 from helpers import CUDA_SCRIPT, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate import cli, migrate
+from xla_migrate.cli import main as cli
+from xla_migrate import migrate
 
 runner = CliRunner()
 

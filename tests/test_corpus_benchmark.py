@@ -167,7 +167,7 @@ def test_bad_arguments(tmp_path, capsys):
 
 def test_a_crash_names_the_exception_and_the_rule():
     traceback = """Traceback (most recent call last):
-  File "/site-packages/xla_migrate/engine.py", line 134, in run_pipeline
+  File "/site-packages/xla_migrate/engine/pipeline.py", line 134, in run_pipeline
     module.visit(rules)
   File "/repo/transforms/distributed/spawn_entry_point.py", line 159, in _entry_point
     mp_fn = cst.parse_statement(text)

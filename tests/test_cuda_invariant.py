@@ -20,7 +20,7 @@ from goldens import FIXTURES, NOT_GOLDEN
 from output_checks import Construct, cuda_constructs, input_lines_for, source_lines, uncovered_in  # noqa: F401
 
 from xla_migrate import migrate
-from xla_migrate.targets import TARGETS
+from xla_migrate.engine.targets import TARGETS
 
 
 def uncovered(source: str, target: str, ignore: list[str] | None = None) -> list[str]:

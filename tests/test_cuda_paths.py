@@ -1,10 +1,10 @@
-"""The analysis of the CUDA paths that code already on XLA keeps (xla_migrate.cuda_paths)."""
+"""The analysis of the CUDA paths that code already on XLA keeps (xla_migrate.analysis.cuda_paths)."""
 import libcst as cst
 import pytest
 
 from xla_migrate.api import migrate
-from xla_migrate.context import MigrationContext
-from xla_migrate.targets import get_target
+from xla_migrate.engine.context import MigrationContext
+from xla_migrate.engine.targets import get_target
 
 HEADER = "import torch\nimport torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n"
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import CUDA_SCRIPT
 
 from xla_migrate import migrate
-from xla_migrate.diff import diff_stats, split_lines, unified_diff
+from xla_migrate.report.diff import diff_stats, split_lines, unified_diff
 
 VARIANTS = {
     "lf": CUDA_SCRIPT.encode(),

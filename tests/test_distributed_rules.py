@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 
 from xla_migrate import migrate, migrate_file
-from xla_migrate.context import MigrationContext
-from xla_migrate.targets import get_target
+from xla_migrate.engine.context import MigrationContext
+from xla_migrate.engine.targets import get_target
 
 
 def facts_distributed(source: str) -> bool:

@@ -8,10 +8,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from xla_migrate import engine
-from xla_migrate.facts import is_cuda_device_expr
-from xla_migrate.rule import Rule
-from xla_migrate.targets import get_target
+from xla_migrate.engine import pipeline as engine
+from xla_migrate.analysis.facts import is_cuda_device_expr
+from xla_migrate.engine.rule import Rule
+from xla_migrate.engine.targets import get_target
 
 
 def run(source: str, *rules: type[Rule], target: str = "sagemaker"):
@@ -176,8 +176,8 @@ def test_written_targets_are_never_replaced():
     """Reads are rewritten, writes are not: the rule contract skips a replacement of a written target."""
     import libcst as cst
 
-    from xla_migrate.context import MigrationContext
-    from xla_migrate.targets import get_target
+    from xla_migrate.engine.context import MigrationContext
+    from xla_migrate.engine.targets import get_target
 
     code = ("os.environ['A'] = 1\na, os.environ['B'] = 1, 2\ndel os.environ['C']\nos.environ['D'] += 'x'\n"
             "for os.environ['E'] in v: pass\nwith f() as os.environ['F']: pass\n"
@@ -202,7 +202,8 @@ def test_migrate_pauses_the_cyclic_collector_and_restores_it(monkeypatch):
     the time on a 1 MB script); the collector's own state comes back afterwards, on or off."""
     import gc
 
-    from xla_migrate import api, engine
+    from xla_migrate import api
+    from xla_migrate.engine import pipeline as engine
 
     seen: list[bool] = []
     original = engine.run_pipeline
@@ -243,8 +244,8 @@ def test_torch_names_are_the_qualified_names_in_torch_for_every_node(source):
     torch part of what the scopes give, for every node, however ``torch`` is bound."""
     from libcst.metadata import MetadataWrapper
 
-    from xla_migrate.context import MigrationContext
-    from xla_migrate.positions import Positions
+    from xla_migrate.engine.context import MigrationContext
+    from xla_migrate.syntax.positions import Positions
 
     module = cst.parse_module(source)
     ctx = MigrationContext(MetadataWrapper(module, unsafe_skip_copy=True), get_target("2.9"))
@@ -260,7 +261,7 @@ def test_torch_names_are_the_qualified_names_in_torch_for_every_node(source):
 
 
 def patterns_code(node):
-    from xla_migrate.patterns import code_of
+    from xla_migrate.syntax.patterns import code_of
 
     return code_of(node)
 
@@ -291,7 +292,7 @@ def test_torch_names_only_methods_run_for_torch_rooted_nodes_only_in_their_order
 
 
 def test_only_name_and_attribute_visits_are_marked_torch_names_only():
-    from xla_migrate.registry import all_rules
+    from xla_migrate.engine.registry import all_rules
 
     marked = [(rule.__name__, name) for rule in all_rules() for name in dir(rule)
               if getattr(getattr(rule, name, None), "torch_names_only", False)]

@@ -14,10 +14,11 @@ import nbformat
 import pytest
 from typer.testing import CliRunner
 
-from xla_migrate import migrate, registry
-from xla_migrate.cli import app
-from xla_migrate.gate import CODE, OutputGate
-from xla_migrate.rule import Rule
+from xla_migrate import migrate
+from xla_migrate.engine import registry
+from xla_migrate.cli.main import app
+from xla_migrate.engine.gate import CODE, OutputGate
+from xla_migrate.engine.rule import Rule
 
 SCRIPT = """import os
 import torch

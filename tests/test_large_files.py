@@ -9,9 +9,11 @@ import libcst as cst
 import pytest
 
 from test_positions import LAYOUTS, SYNTAX
-from xla_migrate import engine, gate, large_files, migrate, nesting
-from xla_migrate.gate import OutputGate
-from xla_migrate.positions import render_in_pieces
+from xla_migrate.engine import pipeline as engine, gate
+from xla_migrate.syntax import large_files, nesting
+from xla_migrate import migrate
+from xla_migrate.engine.gate import OutputGate
+from xla_migrate.syntax.positions import render_in_pieces
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.py"))

@@ -1,4 +1,4 @@
-"""Dead leftovers of the rules' removals (src/xla_migrate/leftovers.py and the applier): functions the
+"""Dead leftovers of the rules' removals (src/xla_migrate/engine/leftovers.py and the applier): functions the
 migration emptied go with their calls, emptied branches and branches made equal fold away; and XLA411's
 collectives where it cannot rewrite them."""
 
@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 
 from xla_migrate import migrate
-from xla_migrate.context import Edits
-from xla_migrate.records import Change
+from xla_migrate.engine.context import Edits
+from xla_migrate.engine.records import Change
 
 HEADER = "import atexit\nimport functools\nimport torch\nimport torch.distributed as dist\n\n\n"
 MAIN = '\n\nif __name__ == "__main__":\n    main()\n'
@@ -245,7 +245,7 @@ def test_broadcast_on_sagemaker_becomes_collective_broadcast_and_one_whose_value
 def test_in_a_project_an_imported_module_keeps_its_emptied_function(tmp_path):
     """dist_utils.py's cleanup() is called in the file and imported by train.py: migrated with the project
     index it stays (train.py calls it); alone, the file's own calls are all there is, and it goes."""
-    from xla_migrate.project import build_index
+    from xla_migrate.analysis.project import build_index
 
     utils = ("import torch.distributed as dist\n\n\ndef setup():\n    dist.init_process_group('nccl')\n\n\n"
              "def cleanup():\n    dist.destroy_process_group()\n\n\ndef run():\n    setup()\n    cleanup()\n\n\n"

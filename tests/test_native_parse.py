@@ -8,7 +8,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from xla_migrate import engine, native_parse
+from xla_migrate.engine import pipeline as engine
+from xla_migrate.syntax import native_parse
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,8 +11,9 @@ import pytest
 from helpers import CUDA_SCRIPT, ROOT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate import cli, migrate
-from xla_migrate.notebooks import mask, unmask
+from xla_migrate.cli import main as cli
+from xla_migrate import migrate
+from xla_migrate.cli.notebooks import mask, unmask
 
 runner = CliRunner()
 

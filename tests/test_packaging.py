@@ -28,7 +28,7 @@ def test_wheel_contains_the_rules(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for rule_file in RULE_FILES:
         assert f"xla_migrate/transforms/{rule_file}" in names
-    assert "xla_migrate/cli.py" in names
+    assert "xla_migrate/cli/main.py" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "xla-migrate = xla_migrate.__main__:console" in entry_points
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from xla_migrate import engine, patterns
+from xla_migrate.engine import pipeline as engine
+from xla_migrate.syntax import patterns
 
 ROOT = Path(__file__).resolve().parent.parent
 LITERALS = ["''", '""""""', "u'a'", "R'a\\\\b'", "r'a\\nb'", "'a\\nb'", "rb'a'", "BR'a'", "b''", "'''a\"b'''",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_migrate import nesting, plain_tokens
+from xla_migrate.syntax import nesting, plain_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12),

@@ -10,7 +10,7 @@ import pytest
 from libcst._nodes.base import CSTNode
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-from xla_migrate.positions import Positions, render, render_in_pieces, render_module
+from xla_migrate.syntax.positions import Positions, render, render_in_pieces, render_module
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures").rglob("*.py"))

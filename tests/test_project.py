@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from xla_migrate import cli, migrate
-from xla_migrate.project import build_index, index_for
-from xla_migrate.summary import CUDA_FAMILIES, family
-from xla_migrate.tree import Ignorer
+from xla_migrate.cli import main as cli
+from xla_migrate import migrate
+from xla_migrate.analysis.project import build_index, index_for
+from xla_migrate.report.summary import CUDA_FAMILIES, family
+from xla_migrate.cli.tree import Ignorer
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "projects" / "ddp_project"
@@ -394,7 +395,7 @@ def test_project_report_matches_the_schema():
 def test_walk_ast_gives_ast_walks_nodes_in_its_order():
     import ast
 
-    from xla_migrate.project import walk_ast
+    from xla_migrate.analysis.project import walk_ast
 
     root = Path(__file__).resolve().parent.parent / "fixtures"
     trees = [ast.parse(path.read_bytes()) for path in sorted((root / "realistic").glob("*.py"))]

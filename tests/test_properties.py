@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mutated_scripts import make_case, problems
 
 from xla_migrate import migrate
-from xla_migrate.targets import TARGETS
+from xla_migrate.engine.targets import TARGETS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -35,7 +35,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from output_checks import input_lines_for, source_lines, unbound_names, uncovered_in
 
 from xla_migrate import migrate
-from xla_migrate.targets import TARGETS
+from xla_migrate.engine.targets import TARGETS
 
 REALISTIC = FIXTURES / "realistic"
 SCRIPTS = sorted(REALISTIC.glob("*.py"))

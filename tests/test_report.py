@@ -10,8 +10,8 @@ import jsonschema
 from helpers import CUDA_SCRIPT
 
 from xla_migrate import migrate
-from xla_migrate.records import Finding
-from xla_migrate.report import github_annotations, json_report
+from xla_migrate.engine.records import Finding
+from xla_migrate.report.formats import github_annotations, json_report
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.schema.json").read_text())
 

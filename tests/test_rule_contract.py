@@ -9,8 +9,8 @@ import gen_docs
 import pytest
 from goldens import FIXTURES
 
-from xla_migrate.registry import all_rules
-from xla_migrate.targets import TARGETS
+from xla_migrate.engine.registry import all_rules
+from xla_migrate.engine.targets import TARGETS
 
 RULES = all_rules()
 

@@ -1,4 +1,4 @@
-"""Name resolution (src/xla_migrate/scopes.py) gives what libcst's ScopeProvider and
+"""Name resolution (src/xla_migrate/analysis/scopes.py) gives what libcst's ScopeProvider and
 ExpressionContextProvider give: the same expression context for every node, the same scope for every node
 (in the same order), and scopes with the same assignments, accesses, referents and qualified names.
 
@@ -15,8 +15,9 @@ from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopePro
 from libcst.metadata.scope_provider import Assignment, BuiltinScope, ImportAssignment, LocalScope
 from test_walk import EXTRA
 
-from xla_migrate import scopes, walk
-from xla_migrate.positions import Positions
+from xla_migrate.analysis import scopes
+from xla_migrate.syntax import walk
+from xla_migrate.syntax.positions import Positions
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "fixtures").rglob("*.py"))

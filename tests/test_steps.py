@@ -1,4 +1,4 @@
-"""The step model (src/xla_migrate/steps.py): what it sees in a loop, and what the loop rules do with it that
+"""The step model (src/xla_migrate/analysis/steps.py): what it sees in a loop, and what the loop rules do with it that
 the goldens cannot show (which rule reports a read once another moves it, call paths, idempotence of the
 runnable fixtures' migrations)."""
 
@@ -11,8 +11,8 @@ import libcst as cst
 import pytest
 
 from xla_migrate import migrate
-from xla_migrate.context import MigrationContext
-from xla_migrate.targets import get_target
+from xla_migrate.engine.context import MigrationContext
+from xla_migrate.engine.targets import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNABLE = ROOT / "fixtures" / "runnable"
@@ -155,7 +155,7 @@ def test_a_per_step_method_is_a_region_of_its_loop_with_a_call_path():
     ret = next(n for n in ctx.steps._c.where if isinstance(n, cst.Return))
     region = ctx.steps.region(ret)
     assert region.step is step and region.in_callee and region.function.name.value == "_run_batch"
-    from xla_migrate.steps import describe_path
+    from xla_migrate.analysis.steps import describe_path
     assert describe_path(ctx, region) == (" in Trainer._run_batch (run every step by the loop at line 9: "
                                           "self._run_batch(...))")
 

@@ -12,7 +12,8 @@ import pytest
 from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate import cli, migrate
+from xla_migrate.cli import main as cli
+from xla_migrate import migrate
 
 runner = CliRunner()
 SYNTAX_ERROR = b"import torch\n\ndef f(:\n    pass\n"
@@ -386,7 +387,7 @@ def test_prefilter_skips_files_without_trigger_names(tmp_path):
 
 
 def test_prefilter_triggers_are_in_one_place():
-    from xla_migrate import tree
+    from xla_migrate.cli import tree
 
     assert tree.mentions_a_trigger(b"x.cuda()") and tree.mentions_a_trigger(b"from transformers import Trainer")
     assert not tree.mentions_a_trigger(b"import numpy as np\n")

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 from helpers import CUDA_SCRIPT, run_cli, tree_snapshot
 
-from xla_migrate import verify as v
+from xla_migrate.verify import core as v
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "verify.schema.json").read_text())

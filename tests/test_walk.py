@@ -1,4 +1,4 @@
-"""The read-only walk (src/xla_migrate/walk.py) visits exactly what libcst's own traversal visits.
+"""The read-only walk (src/xla_migrate/syntax/walk.py) visits exactly what libcst's own traversal visits.
 
 The walk reads each node type's child order from libcst's internals, so a libcst release that changes them
 must fail here, not change the migration silently."""
@@ -18,8 +18,8 @@ from libcst._nodes.base import CSTNode
 from libcst.metadata import GlobalScope, MetadataWrapper
 from libcst.metadata.scope_provider import Access, BaseAssignment, Scope
 
-from xla_migrate import walk
-from xla_migrate.positions import Positions
+from xla_migrate.syntax import walk
+from xla_migrate.syntax.positions import Positions
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "fixtures" / "realistic").glob("*.py")) + sorted((ROOT / "fixtures" / "scripts").glob("*.in.py"))

@@ -14,7 +14,8 @@ import pytest
 from helpers import CUDA_SCRIPT, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate import cli, nesting
+from xla_migrate.cli import main as cli
+from xla_migrate.syntax import nesting
 
 runner = CliRunner()
 # libcst's native parser overflows its stack on this (exit 139, no message) when nothing stops it first.

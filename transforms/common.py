@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.context import MigrationContext
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.context import MigrationContext
 
 # Expressions that can stand before ``.attr`` / ``(...)`` / ``[...]`` without parentheses.
 _ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.Integer, cst.Float,

@@ -14,8 +14,8 @@ import sys
 
 # name -> "module:typer app"; each app gets the arguments after its name.
 SUBCOMMANDS = {
-    "rule": "xla_migrate.cli_typer:rule_app",
-    "verify": "xla_migrate.verify_cli:app",
+    "rule": "xla_migrate.cli.typer_app:rule_app",
+    "verify": "xla_migrate.verify.cli:app",
 }
 
 
@@ -30,7 +30,7 @@ def main() -> None:
         module, _, name = SUBCOMMANDS[args[0]].partition(":")
         getattr(importlib.import_module(module), name)(args=args[1:], prog_name=f"xla-migrate {args[0]}")
         return
-    from .cli import run
+    from .cli.main import run
 
     run()
 

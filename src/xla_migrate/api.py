@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import engine, layout, registry
-from .diff import DiffStats, diff_stats, unified_diff
-from .records import Change, Finding, InputError
-from .targets import (DEFAULT_TARGET, Version, data_parallel_problem, describe_releases, get_target, parse_version,
+from .engine import pipeline as engine, registry
+from .syntax import layout
+from .report.diff import DiffStats, diff_stats, unified_diff
+from .engine.records import Change, Finding, InputError
+from .engine.targets import (DEFAULT_TARGET, Version, data_parallel_problem, describe_releases, get_target, parse_version,
                       release_fits, runs_on)
 
 
@@ -71,7 +72,7 @@ class MigrationResult:
         version = parse_version(installed)
         if release_fits(version, *self.releases):
             return None
-        from .targets import target_for_release
+        from .engine.targets import target_for_release
 
         better = target_for_release(version)
         advice = f"; use --target {better.name}" if better is not None and better.name != self.target else ""
@@ -235,7 +236,7 @@ def migrate_file(path: str | os.PathLike, out: str | os.PathLike | None = None, 
                                error=InputError(f"cannot read: {error.strerror or error}"))
     result = migrate(data, path=str(path), out_path=str(out) if out is not None else None, **options)
     if out is not None and result.ok:
-        from .files import write_atomically
+        from .report.files import write_atomically
 
         write_atomically(Path(out), result.output_bytes, mode_from=source_path)
     return result

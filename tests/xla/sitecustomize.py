@@ -1,7 +1,7 @@
 """Test-only shim for the proof tier (tests/xla). NEVER part of the product or its output.
 
 The harness copies this file into a temporary folder that goes on PYTHONPATH after xla-migrate verify's own
-loader (src/xla_migrate/verify_child.py, which records the metrics and then runs this file). It does one
+loader (src/xla_migrate/verify/child.py, which records the metrics and then runs this file). It does one
 thing, and only when asked:
 
 - XLA_PROOF_SERIALIZE_STEPS=1: with several replicas as threads of one process (PJRT CPU, CPU_NUM_DEVICES=N),

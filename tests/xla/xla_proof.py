@@ -1,7 +1,7 @@
 """The proof tier's harness: migrate a runnable fixture, run the original with plain torch on the CPU and the
 migrated script with torch_xla on PJRT CPU, and read what happened (loss curve, stderr, torch_xla metrics).
 
-The measurements are the product's (xla_migrate.verify: its child-side loader records torch_xla's counters at
+The measurements are the product's (xla_migrate.verify.core: its child-side loader records torch_xla's counters at
 every step marker and at exit); this file adds the tier's own thresholds and the test-only replica shim.
 Used by tests/xla/test_xla_proof.py and benchmarks/xla_step.py. See docs/proof.md.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from xla_migrate import verify
+from xla_migrate.verify import core as verify
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNABLE = ROOT / "fixtures" / "runnable"

@@ -34,8 +34,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule, torch_names_only
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule, torch_names_only
 from xla_migrate.transforms.common import imported_from, joined, keyword_arg, short
 
 # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)

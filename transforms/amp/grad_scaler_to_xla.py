@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import imported_from, joined, parenthesized_for_attribute, short
 
 # GradScaler(init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)

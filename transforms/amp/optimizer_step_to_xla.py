@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import is_optimizer_param_name
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import is_optimizer_param_name
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 

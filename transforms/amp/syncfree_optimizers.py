@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import imported_from, joined, short
 
 # Each syncfree optimizer's keyword arguments (torch_xla.amp.syncfree, 1.13 to 2.9).

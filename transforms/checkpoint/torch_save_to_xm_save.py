@@ -29,8 +29,8 @@ import re
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 
 TORCH_SAVE = ("torch.save", "torch.serialization.save")
 # xm.save(data, file_or_path, master_only=True, global_master=False)

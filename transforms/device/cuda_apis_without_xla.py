@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.rule import Rule, torch_names_only
-from xla_migrate.targets import MODULE_PLACEHOLDERS
+from xla_migrate.engine.rule import Rule, torch_names_only
+from xla_migrate.engine.targets import MODULE_PLACEHOLDERS
 from xla_migrate.transforms.device.legacy_cuda_tensor_types import DTYPES as LEGACY_TYPES
 
 _MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_cached",

@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import is_cuda_device_expr
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import is_cuda_device_expr
+from xla_migrate.engine.rule import Rule
 
 IS_AVAILABLE = ("torch.cuda.is_available",)
 # torch.cuda calls that raise without a CUDA driver and that no rule rewrites (measured on torch 2.9 with no

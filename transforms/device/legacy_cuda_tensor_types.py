@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule, torch_names_only
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule, torch_names_only
 from xla_migrate.transforms.common import short
 
 # Legacy type name -> the dtype it holds.

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import NOT_OPTIMIZERS, OPTIMIZER_MODULES, is_cuda_device_expr
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import NOT_OPTIMIZERS, OPTIMIZER_MODULES, is_cuda_device_expr
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 PARAMETER_METHODS = ("parameters", "named_parameters")

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import parenthesized_for_attribute, short
 from xla_migrate.transforms.distributed import dist_gather_broadcast_to_xm as gather_broadcast
 from xla_migrate.transforms.distributed import distributed_common as common

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import DDP
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import DDP
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import imported_from, joined, keyword_arg, short
 
 # DDP options that name CUDA devices: dropped in the ddp form (torch_xla's DDP example passes none).

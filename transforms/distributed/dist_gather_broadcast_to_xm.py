@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.context import MigrationContext
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.context import MigrationContext
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import fresh_name, short
 from xla_migrate.transforms.distributed import distributed_common as common
 

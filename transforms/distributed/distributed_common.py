@@ -1,7 +1,7 @@
 """Helpers the distributed rules (XLA401-XLA410) share: which rules run, rank reads and master guards, fresh
 names. Not a rule. The gradient-reduction decision (which training steps all-reduce their gradients
 explicitly, XLA406, and so must not reduce again in the step, XLA204/XLA202) is the step model's
-(``xla_migrate.steps``: ``ctx.steps.reductions``).
+(``xla_migrate.analysis.steps``: ``ctx.steps.reductions``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import weakref
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.context import MigrationContext
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.context import MigrationContext
 from xla_migrate.transforms.common import fresh_name  # noqa: F401 - the distributed rules' own name
 
 DIST = "torch.distributed."
@@ -76,7 +76,7 @@ def outer_int(ctx: MigrationContext, node: cst.BaseExpression) -> cst.BaseExpres
 def rank_read(ctx: MigrationContext, node: cst.CSTNode) -> str | None:
     """The target concept a rank or world-size read stands for: ``os.environ["LOCAL_RANK"]``,
     ``os.environ.get("RANK")``, ``os.getenv("WORLD_SIZE")``, ``dist.get_rank()`` (no group)."""
-    from xla_migrate.facts import environment_variable
+    from xla_migrate.analysis.facts import environment_variable
 
     variable = environment_variable(node, ctx.qualnames)
     if variable in ENV_CONCEPTS:

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import DATALOADERS, DISTRIBUTED_SAMPLERS
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import DATALOADERS, DISTRIBUTED_SAMPLERS
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.distributed import distributed_common as common
 from xla_migrate.transforms.common import keyword_arg, short
 

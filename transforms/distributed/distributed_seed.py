@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import DDP, MP_SPAWN
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import DDP, MP_SPAWN
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 SEEDS = ("torch.manual_seed", "torch.random.manual_seed", "transformers.set_seed", "transformers.trainer_utils.set_seed",

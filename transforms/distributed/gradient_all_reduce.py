@@ -49,8 +49,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.rule import Rule
-from xla_migrate.steps import Reduction
+from xla_migrate.engine.rule import Rule
+from xla_migrate.analysis.steps import Reduction
 from xla_migrate.transforms.distributed import distributed_common as common
 
 _COMMENT = "# All-reduce the gradients once, before they are read (unscale_/clip); the step does not reduce again."

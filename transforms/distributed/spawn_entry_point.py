@@ -52,9 +52,9 @@ import keyword
 import libcst as cst
 from libcst.metadata import GlobalScope
 
-from xla_migrate import patterns
-from xla_migrate.facts import MP_SPAWN
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import MP_SPAWN
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 LAUNCHERS = ("torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import is_cuda_device_expr
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import is_cuda_device_expr
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 LOADS = ("torch.load", "torch.serialization.load")

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 
 REPLACEMENTS = {
     "apex.amp": "use torch.autocast for mixed precision (drop amp.initialize / amp.scale_loss); "

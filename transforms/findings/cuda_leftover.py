@@ -31,9 +31,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import GlobalScope
 
-from xla_migrate import patterns, walk
-from xla_migrate.rule import Rule
-from xla_migrate.targets import MODULE_PLACEHOLDERS
+from xla_migrate.syntax import patterns, walk
+from xla_migrate.engine.rule import Rule
+from xla_migrate.engine.targets import MODULE_PLACEHOLDERS
 
 CUDA_NAMES = ("cuda", "cudnn")
 CUDA_MODULES = ("torch.cuda", "torch.backends.cudnn", "torch.backends.cuda", "torch.version.cuda",

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.rule import Rule
-from xla_migrate.targets import api_releases, format_version
+from xla_migrate.engine.rule import Rule
+from xla_migrate.engine.targets import api_releases, format_version
 
 API_RELEASES = api_releases()
 

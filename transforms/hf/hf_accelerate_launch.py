@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.facts import ACCELERATORS
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis.facts import ACCELERATORS
+from xla_migrate.engine.rule import Rule
 
 
 class AccelerateRunsAsIs(Rule):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.context import MigrationContext
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.context import MigrationContext
 
 # TrainingArguments and the subclasses that take the same arguments.
 TRAINING_ARGS = (

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 
 _MP_FN = '''def _mp_fn(index):
     # Called once per XLA worker (index: the worker's ordinal).

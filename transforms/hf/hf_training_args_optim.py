@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.hf import hf_common
 from xla_migrate.transforms.common import short
 

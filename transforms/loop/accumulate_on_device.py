@@ -1,7 +1,7 @@
 """XLA313 accumulate-on-device: running sums of tensor values stay on the device and are read once, after the loop.
 
 What it does:
-    In a training or evaluation loop (as the step model sees them: ``xla_migrate.steps``), a running sum of
+    In a training or evaluation loop (as the step model sees them: ``xla_migrate.analysis.steps``), a running sum of
     a value read from a tensor, ``total += loss.item()``, ``test_loss += F.nll_loss(...).item()``,
     ``correct += pred.eq(target).sum().item()``, ``total += len(data) * criterion(out, y).item()``,
     ``total += float(loss)``, becomes a sum on the device (``.item()`` / ``float(...)`` -> ``.detach()``),
@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.rule import Rule
-from xla_migrate.steps import Loop
+from xla_migrate.engine.rule import Rule
+from xla_migrate.analysis.steps import Loop
 from xla_migrate.transforms.common import parenthesized_for_attribute, short
 
 _READ_BACK = {

@@ -53,9 +53,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import steps
-from xla_migrate.rule import Rule
-from xla_migrate.steps import FiniteCheck
+from xla_migrate.analysis import steps
+from xla_migrate.engine.rule import Rule
+from xla_migrate.analysis.steps import FiniteCheck
 from xla_migrate.transforms.common import fresh_name, short
 
 

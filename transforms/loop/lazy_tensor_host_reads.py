@@ -1,7 +1,7 @@
 """XLA311 lazy-tensor-host-reads: tensor values read every step for control flow or accumulation are reported.
 
 What it does:
-    In a training step or an evaluation batch, as the step model sees them (``xla_migrate.steps``: the loop's
+    In a training step or an evaluation batch, as the step model sees them (``xla_migrate.analysis.steps``: the loop's
     body, and the functions it calls, followed through ``self`` methods and objects' ``__call__``), reports
     each read of a tensor's value to the host that is not pure logging: ``loss.item()``, ``float(loss)``,
     ``x.tolist()``, ``x.cpu()``,
@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import steps
-from xla_migrate.rule import Rule
-from xla_migrate.steps import Region
+from xla_migrate.analysis import steps
+from xla_migrate.engine.rule import Rule
+from xla_migrate.analysis.steps import Region
 from xla_migrate.transforms.common import short
 
 ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and read it once after the loop "

@@ -2,7 +2,7 @@
 
 What it does:
     In a training step (a training loop's body, or a function the step calls: ``self.train_step(batch)``), as
-    the step model sees it (``xla_migrate.steps``), a statement that only logs (``print``,
+    the step model sees it (``xla_migrate.analysis.steps``), a statement that only logs (``print``,
     ``logger.info(...)`` and other logger methods, ``writer.add_scalar(...)``, ``pbar.set_postfix(...)``,
     ``accelerator.print``), possibly under ``if step % N == 0:``, and reads a tensor's value (``loss.item()``,
     ``float(loss)``, ``print(loss)``, ``f"{loss:.4f}"``) is moved into the target's step closure:
@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns, steps
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.analysis import steps
+from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 # Longer closures get one argument per line.

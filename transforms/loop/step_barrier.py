@@ -1,7 +1,7 @@
 """XLA302 step-barrier: loops without a device loader mark the step after the update (eval loops: per batch).
 
 What it does:
-    For each loop the step model (``xla_migrate.steps``) sees running device work per iteration that iterates
+    For each loop the step model (``xla_migrate.analysis.steps``) sees running device work per iteration that iterates
     no device loader after migration (a ``while`` loop, ``next(it)``, a batch function, a list of batches, a
     loader XLA301 does not wrap) and marks no step yet, inserts the target's step barrier once:
 
@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 
 
 class StepBarrier(Rule):

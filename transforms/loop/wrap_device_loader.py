@@ -1,7 +1,7 @@
 """XLA301 wrap-device-loader: loaders iterated by training and evaluation loops go through the device loader.
 
 What it does:
-    Where a training loop or an evaluation loop, as the step model sees them (``xla_migrate.steps``: a loop
+    Where a training loop or an evaluation loop, as the step model sees them (``xla_migrate.analysis.steps``: a loop
     whose step runs a backward pass and an update, in its body or in functions it calls; a loop with no
     backward that runs a model forward per batch), iterates a DataLoader, directly or through
     ``enumerate()`` or ``tqdm()``, the loader is wrapped at the iteration site: ``for x, y in train_loader:`` becomes
@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate import patterns
-from xla_migrate.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.engine.rule import Rule
 
 
 class WrapDeviceLoader(Rule):

@@ -10,7 +10,7 @@ import sys
 
 def find_rule(code_or_name: str):
     """The rule with this code (any case) or kebab-case name, or None."""
-    from .registry import all_rules
+    from ..engine.registry import all_rules
 
     wanted = code_or_name.strip()
     for rule in all_rules():

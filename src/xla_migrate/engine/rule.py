@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 import libcst as cst
 from libcst import BatchableCSTVisitor
 
-from . import patterns
+from ..syntax import patterns
 from .context import FixedReplacement, MigrationContext, Statement
 
 FixSafety = Literal["safe", "review"]

@@ -255,7 +255,7 @@ def build_index(root: str, files: list[str]) -> ProjectIndex:
 
 def index_for(root: str, ignorer) -> ProjectIndex:
     """Index every Python file the tree walk finds under ``root`` (the same excludes and .gitignore)."""
-    from .tree import walk
+    from ..cli.tree import walk
 
     found = walk(root, ignorer)
     return build_index(root, [os.path.join(root, f.rel) for f in found if f.rel and f.rel.endswith(".py")])

@@ -1,4 +1,4 @@
-"""``xla-migrate verify``: the command line of :mod:`xla_migrate.verify` (a subcommand: ``__main__`` dispatches
+"""``xla-migrate verify``: the command line of :mod:`xla_migrate.verify.core` (a subcommand: ``__main__`` dispatches
 to ``app``).
 
 The report goes to stdout (text, or one JSON object with --format json); a check that cannot run is one
@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from . import verify as verification
+from . import core as verification
 
 FORMATS = ("text", "json")
 

@@ -9,7 +9,7 @@ analysed only when the output has such a name at all; measured cost in ``benchma
 When the gate fails, the engine finds the edits responsible by bisection over the change records,
 withdraws them and reports each as a finding (``engine.run_pipeline``).
 
-A large file (``large_files.py``) is checked a piece at a time, cut before top-level statements, both its
+A large file (``syntax/large_files.py``) is checked a piece at a time, cut before top-level statements, both its
 output and its input: the ast of a 5 MB output alone is 0.73 GB. Each piece must compile (one with a
 ``__future__`` import is compiled after a statement, so one that is no longer at the top fails as it would
 in the whole file), and pyflakes runs on each; a name it finds unbound in one piece does not count when a

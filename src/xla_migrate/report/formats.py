@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .api import MigrationResult
+from ..api import MigrationResult
 
 
 def summary(result: MigrationResult, label: str) -> str:
@@ -41,7 +41,7 @@ def statistics_lines(results: list[MigrationResult]) -> list[str]:
     """--statistics: one line per rule code, the most frequent first: count, code, name, what it was."""
     from collections import Counter
 
-    from .registry import all_rules
+    from ..engine.registry import all_rules
 
     names = {rule.code: rule.name for rule in all_rules()}
     changes = Counter(c.code for r in results for c in r.changes)
@@ -68,7 +68,7 @@ REPORT_VERSION = 2
 
 def file_report(result: MigrationResult) -> dict:
     """One file's entry in the JSON report (schema: docs/report.schema.json, version REPORT_VERSION)."""
-    from .targets import format_version
+    from ..engine.targets import format_version
 
     low, high = result.releases
     stats = result.diff_stats
@@ -92,7 +92,7 @@ def file_report(result: MigrationResult) -> dict:
 
 def json_report(results: list[MigrationResult], project: dict | None = None) -> dict:
     """``project``: a tree run's project summary (summary.ProjectSummary.to_dict()), when it had a project."""
-    from . import __version__
+    from .. import __version__
 
     report = {
         "schema": REPORT_SCHEMA,

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .targets import DEFAULT_TARGET
+from ..engine.targets import DEFAULT_TARGET
 
 KEYS = ("target", "select", "ignore", "exclude", "extend-exclude", "force-exclude", "distributed", "data-parallel")
 # Also accepted: the key spelled as the Python keyword argument (``migrate(..., data_parallel=...)``).
@@ -133,7 +133,7 @@ def load_config(path: Path) -> Settings:
                 raise ConfigError(f"{path}: [tool.xla-migrate] {key} must be a list of strings")
             setattr(settings, key.replace("-", "_"), list(value))
     if "data-parallel" in table:
-        from .targets import DATA_PARALLEL_FORMS
+        from ..engine.targets import DATA_PARALLEL_FORMS
 
         if table["data-parallel"] not in DATA_PARALLEL_FORMS:
             raise ConfigError(f"{path}: [tool.xla-migrate] data-parallel must be one of "

@@ -1,7 +1,7 @@
 """The command line, ``xla-migrate [OPTIONS] PATH...``. stdout carries one thing: the code, the diff or the
 JSON report; the text report and errors go to stderr. Subcommands (``xla-migrate rule CODE``) are
 dispatched in ``__main__.py`` before this command parses anything, so paths stay positional. The options
-are declared for typer in ``cli_typer.py``; ``run`` parses the common command lines itself (see the fast path
+are declared for typer in ``typer_app.py``; ``run`` parses the common command lines itself (see the fast path
 below), so a plain run imports no typer.
 
 Exit codes: 0 success, 1 changes found under --check, 2 usage or input error (nothing written), 130
@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from . import __version__, report
-from .api import MigrationResult, migrate
-from .files import write_atomically
+from .. import __version__
+from ..report import formats as report
+from ..api import MigrationResult, migrate
+from ..report.files import write_atomically
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 FORMATS = ("text", "json", "github")
@@ -63,12 +64,12 @@ def _split_codes(values: Optional[list[str]]) -> list[str]:
 
 
 def _list_rules(output_format: str) -> None:
-    from .registry import all_rules
+    from ..engine.registry import all_rules
 
     if output_format == "json":
         import json
 
-        from .ruledocs import rule_record
+        from ..report.ruledocs import rule_record
 
         print(json.dumps([rule_record(rule) for rule in all_rules()], indent=2))
         return
@@ -297,8 +298,8 @@ def _verify_target(inputs, out, in_place, dry) -> tuple[str, Optional[str]]:
 def _verify_written(script: str, original: Optional[str]) -> int:
     """xla-migrate verify on what was just written; its text report goes to stderr with the migration's (stdout
     keeps its one thing: nothing, or the JSON report)."""
-    from .verify import verify
-    from .verify_cli import emit
+    from ..verify.core import verify
+    from ..verify.cli import emit
 
     report = verify(script, against=original, python=os.environ.get("XLA_MIGRATE_PYTHON"), original_required=False)
     emit(report, "text", stream=sys.stderr)
@@ -393,8 +394,8 @@ def _is_single_file(inputs: list[str]) -> bool:
 
 
 def _validate_rules(target: str, select: list[str], ignore: list[str], data_parallel: str | None = None) -> None:
-    from .registry import unknown_selectors
-    from .targets import data_parallel_problem, get_target
+    from ..engine.registry import unknown_selectors
+    from ..engine.targets import data_parallel_problem, get_target
 
     try:
         target_spec = get_target(target)
@@ -430,7 +431,7 @@ def _single_file_index(path, root, ignorer):
         Path(os.path.abspath(path)).relative_to(root)
     except ValueError:
         return None
-    from .project import index_for
+    from ..analysis.project import index_for
 
     index = index_for(root, ignorer)
     return index if index.relative(path) is not None else None
@@ -531,7 +532,7 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
     if root is not None:
         import time
 
-        from .project import index_for
+        from ..analysis.project import index_for
 
         started = time.perf_counter()
         index = index_for(root, ignorer)
@@ -552,7 +553,7 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
     if index is not None:
         project_summary = _project_summary(outcomes, settings, index, index_seconds, sources or {})
         if requirements:
-            from .summary import RequirementsError, add_requirement
+            from ..report.summary import RequirementsError, add_requirement
 
             try:
                 project_summary.requirements = add_requirement(index.root, _target_spec(settings.target),
@@ -573,14 +574,14 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
 
 
 def _target_spec(name: str):
-    from .targets import get_target
+    from ..engine.targets import get_target
 
     return get_target(name)
 
 
 def _project_summary(outcomes, settings, index, index_seconds, sources):
     """The summary and the decisions taken once for the project, each with where it came from."""
-    from .summary import Decision, summarize
+    from ..report.summary import Decision, summarize
 
     target = _target_spec(settings.target)
     decisions = {"target": Decision(target.name, sources.get("target", "default"))}
@@ -673,7 +674,7 @@ def _plural(count: int, word: str) -> str:
 
 def _as_results(outcomes, target: str) -> list[MigrationResult]:
     """The tree's outcomes as results for the JSON report and annotations (scripts and notebooks only)."""
-    from .records import InputError
+    from ..engine.records import InputError
 
     results = []
     for outcome in outcomes:
@@ -697,7 +698,7 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
 
 def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel: str | None = None,
                  project_summary=None) -> None:
-    from .targets import describe_releases, get_target, parse_version, release_fits
+    from ..engine.targets import describe_releases, get_target, parse_version, release_fits
 
     results = _as_results(outcomes, target)
     if _machine_report(results):
@@ -892,7 +893,7 @@ def run() -> None:
     if not os.environ.get("_XLA_MIGRATE_COMPLETE") and not os.environ.get("XLA_MIGRATE_DEBUG"):
         arguments = fast_arguments(args)
     if arguments is None:
-        from .cli_typer import app
+        from .typer_app import app
 
         app(prog_name="xla-migrate")
         return
@@ -902,7 +903,7 @@ def run() -> None:
 def __getattr__(name: str):
     """``cli.app`` and ``cli.rule_app``, the typer applications, imported on first use."""
     if name in ("app", "rule_app"):
-        from . import cli_typer
+        from . import typer_app as cli_typer
 
         return getattr(cli_typer, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

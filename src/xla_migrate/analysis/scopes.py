@@ -37,7 +37,7 @@ from libcst.metadata.scope_provider import (
 )
 
 # A child field's value by its type (the walk's table): a node, a sequence of nodes, or neither.
-from .walk import _NODE, _OTHER, _SEQUENCE, _kind, _value_kinds, _value_kinds_without_layout, child_fields
+from ..syntax.walk import _NODE, _OTHER, _SEQUENCE, _kind, _value_kinds, _value_kinds_without_layout, child_fields
 
 _LOAD, _STORE, _DEL = ExpressionContext.LOAD, ExpressionContext.STORE, ExpressionContext.DEL
 

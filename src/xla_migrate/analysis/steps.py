@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from . import patterns
+from ..syntax import patterns
 from .facts import DATALOADERS, DEVICE_LOADERS
 
 if TYPE_CHECKING:
-    from .context import MigrationContext
+    from ..engine.context import MigrationContext
 
 Loop = cst.For | cst.While
 Function = cst.FunctionDef | None  # None: the module's own code

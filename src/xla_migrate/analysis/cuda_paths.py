@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from . import patterns
+from ..syntax import patterns
 
 QualNames = Callable[[cst.CSTNode], set[str]]
 Path = str | None  # "cuda", "xla" or None (unknown)

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, large_files, leftovers, native_parse, nesting, positions, walk
-from .walk import fast_visits
+from . import gate, leftovers
+from ..syntax import large_files, native_parse, nesting, positions, walk
+from ..syntax.walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext, root_name
-from .cuda_paths import CudaPaths
+from ..analysis.cuda_paths import CudaPaths
 from .imports import add_imports, remove_dead_imports
 from .records import Change, Finding, InputError
 from .rule import Rule

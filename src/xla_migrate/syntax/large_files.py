@@ -19,7 +19,7 @@ node on every fixture, cut at every top-level statement, and on layouts chosen t
 - a text with a lone CR is not cut (Python's tokenizer and libcst count its lines differently).
 
 The gate's ``ast.parse`` of a 5 MB output holds 0.73 GB of ast nodes: the gate checks such an output a
-piece at a time as well (``gate.py``).
+piece at a time as well (``engine/gate.py``).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import functools
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from . import walk
-from .patterns import is_docstring, is_import_line, is_ipython_placeholder, merge_carried_lines
+from ..syntax import walk
+from ..syntax.patterns import is_docstring, is_import_line, is_ipython_placeholder, merge_carried_lines
 
 
 def insertion_index(body: list[cst.BaseStatement]) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import GlobalScope, Scope
 
-from . import patterns
+from ..syntax import patterns
 
 QualNames = Callable[[cst.CSTNode], set[str]]
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from . import patterns
+from ..syntax import patterns
 from .context import Edits, FixedReplacement, MigrationContext
-from .patterns import leading_blank_lines, merge_carried_lines
+from ..syntax.patterns import leading_blank_lines, merge_carried_lines
 from .records import Change
 
 _BLOCKS = (cst.Module, cst.IndentedBlock)

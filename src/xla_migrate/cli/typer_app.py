@@ -1,5 +1,5 @@
 """The command line's typer declarations: ``xla-migrate [OPTIONS] PATH...`` (the options, their help, and
-click's parsing of them) and ``xla-migrate rule CODE``. The commands themselves are in :mod:`xla_migrate.cli`.
+click's parsing of them) and ``xla-migrate rule CODE``. The commands themselves are in :mod:`xla_migrate.cli.main`.
 
 Importing typer and letting it parse cost more than migrating a small file, so a plain run does neither:
 ``cli.run`` parses the common command lines itself into the same arguments (tests/test_cli_fast.py compares
@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 
-from . import cli
-from .targets import DEFAULT_TARGET, TARGETS
+from . import main as cli
+from ..engine.targets import DEFAULT_TARGET, TARGETS
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,7 +66,7 @@ def rule(
     code: str = typer.Argument(..., metavar="CODE", help="A rule code (XLA101) or name (cuda-device-to-xla).", show_default=False),
     output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="text (Markdown) or json."),
 ) -> None:
-    from .ruledocs import docs_path, find_rule, rule_page, rule_record
+    from ..report.ruledocs import docs_path, find_rule, rule_page, rule_record
 
     found = find_rule(code)
     if output_format not in ("text", "json"):

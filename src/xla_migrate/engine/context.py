@@ -14,13 +14,13 @@ import libcst as cst
 from libcst.metadata import CodeRange, Scope
 from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, FunctionScope, GlobalScope, ImportAssignment
 
-from . import patterns, walk
-from .cuda_paths import CudaPaths, collect_cuda_paths
-from .facts import Facts, collect_facts
-from .positions import Positions
-from .project import ProjectFile
-from .scopes import resolve_scopes
-from .steps import StepModel
+from ..syntax import patterns, walk
+from ..analysis.cuda_paths import CudaPaths, collect_cuda_paths
+from ..analysis.facts import Facts, collect_facts
+from ..syntax.positions import Positions
+from ..analysis.project import ProjectFile
+from ..analysis.scopes import resolve_scopes
+from ..analysis.steps import StepModel
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
 

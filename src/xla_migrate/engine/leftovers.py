@@ -22,7 +22,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata.scope_provider import ClassScope, GlobalScope
 
-from . import patterns
+from ..syntax import patterns
 from .context import MigrationContext
 from .records import Change
 

@@ -15,9 +15,9 @@ import re
 import warnings
 from dataclasses import replace
 
-from .diff import unified_diff
-from .records import Finding
-from .patterns import IPYTHON_PLACEHOLDER_COMMENT
+from ..report.diff import unified_diff
+from ..engine.records import Finding
+from ..syntax.patterns import IPYTHON_PLACEHOLDER_COMMENT
 from .tree import mentions_a_trigger
 
 # `%magic`, `!cmd`, `x = !cmd`, `?obj`, `obj?` and wildcard help (`torch.*Tensor?`).
@@ -137,7 +137,7 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
     """Migrate ``data`` (a .ipynb file); fill ``outcome``; return the new bytes (``data`` when unchanged)."""
     import nbformat
 
-    from .api import migrate
+    from ..api import migrate
 
     outcome.parsed = True
     try:

@@ -351,7 +351,7 @@ def _process(task: Task, options: Options) -> Outcome:
         try:
             if task.in_place:
                 if outcome.changed:
-                    from .files import write_atomically
+                    from ..report.files import write_atomically
 
                     write_atomically(Path(os.path.realpath(task.path)), output)
                     outcome.written = True
@@ -365,14 +365,14 @@ def _process(task: Task, options: Options) -> Outcome:
 
 
 def _write_mirror(path: Path, data: bytes, source: Path) -> None:
-    from .files import write_atomically
+    from ..report.files import write_atomically
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, data, mode_from=source)
 
 
 def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome) -> bytes:
-    from .api import migrate
+    from ..api import migrate
 
     result = migrate(data, target=options.target, select=options.select, ignore=options.ignore,
                      path=task.path, out_path=task.out_path or task.path, distributed=options.distributed,

@@ -15,7 +15,7 @@ from .rule import Rule
 
 @lru_cache(maxsize=1)
 def all_rules() -> tuple[type[Rule], ...]:
-    from . import transforms
+    from .. import transforms
 
     rules: list[type[Rule]] = []
     for info in pkgutil.walk_packages(transforms.__path__, prefix=f"{transforms.__name__}."):

@@ -30,7 +30,7 @@ def run_supervised(tasks: list, options, jobs: int, progress=None) -> list:
     those of the files that finished)."""
     import multiprocessing
 
-    from . import registry
+    from ..engine import registry
     from .tree import interrupt_requested
 
     registry.all_rules()  # import the rules once here: forked workers inherit them

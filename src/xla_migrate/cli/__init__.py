@@ -1,0 +1,1 @@
+"""The command line: arguments, many files (discovery, workers), config, notebooks."""
