@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from xla_migrate.cli import tree
-from xla_migrate.analysis.project import index_for
+from xla_migrate.cli import discovery, tree, workers
+from xla_migrate.cli.discovery import index_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 0.10
@@ -27,9 +27,9 @@ BUDGET = 0.10
 
 def measure(folder: str, jobs: int) -> tuple[float, float, int, int]:
     """(index seconds, tree run seconds with the index, files indexed, files migrated)."""
-    ignorer = tree.Ignorer(True, [(None, [])])
-    found = tree.discover([folder], ignorer)
-    tasks = [tree.Task(f.path, tree.kind_of(f.path), None) for f in found if tree.kind_of(f.path) != "other"]
+    ignorer = discovery.Ignorer(True, [(None, [])])
+    found = discovery.discover([folder], ignorer)
+    tasks = [tree.Task(f.path, discovery.kind_of(f.path), None) for f in found if discovery.kind_of(f.path) != "other"]
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
@@ -39,7 +39,7 @@ def measure(folder: str, jobs: int) -> tuple[float, float, int, int]:
                            project=index)
     start = time.perf_counter()
     index_for(folder, ignorer)
-    tree.run_all(tasks, options, jobs)
+    workers.run_all(tasks, options, jobs)
     run = time.perf_counter() - start
     return best, run, len(index.modules), len(tasks)
 

@@ -81,7 +81,8 @@ import sys, time
 marks = [time.perf_counter()]
 import libcst, libcst.metadata
 marks.append(time.perf_counter())
-from xla_migrate.cli import main as cli
+import xla_migrate.cli.main
+from xla_migrate import cli
 from xla_migrate.engine import pipeline as engine
 marks.append(time.perf_counter())
 from xla_migrate.engine.registry import all_rules

@@ -14,7 +14,7 @@ import pytest
 from helpers import CUDA_SCRIPT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
+from xla_migrate import cli
 from xla_migrate.report import files
 
 runner = CliRunner()

@@ -12,7 +12,8 @@ import pytest
 from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, ROOT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
+from xla_migrate import cli
+from xla_migrate.cli import output
 from xla_migrate import migrate
 
 runner = CliRunner()
@@ -194,11 +195,11 @@ def test_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, script, mon
 
 
 def test_release_warning_names_the_right_target(script, monkeypatch):
-    monkeypatch.setattr(cli, "_installed_torch_xla", lambda: "2.2.0")
+    monkeypatch.setattr(output, "_installed_torch_xla", lambda: "2.2.0")
     result = invoke("--in", str(script), "--diff", "--target", "2.9")
     assert ("warning: torch_xla 2.2.0 is installed here, but the 2.9 target's output needs torch_xla >= 2.3; "
             "use --target sagemaker") in result.stderr
-    monkeypatch.setattr(cli, "_installed_torch_xla", lambda: "2.9.0")
+    monkeypatch.setattr(output, "_installed_torch_xla", lambda: "2.9.0")
     assert "warning:" not in invoke("--in", str(script), "--diff", "--target", "2.9").stderr
 
 
@@ -210,10 +211,10 @@ class FakeTty(io.StringIO):
 def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("TERM", "xterm")
-    assert cli._colour(FakeTty()) is True
-    assert cli._colour(io.StringIO()) is False
+    assert output._colour(FakeTty()) is True
+    assert output._colour(io.StringIO()) is False
     monkeypatch.setenv("NO_COLOR", "1")
-    assert cli._colour(FakeTty()) is False
+    assert output._colour(FakeTty()) is False
 
 
 # A real process, as a user runs it -----------------------------------------------------------------------

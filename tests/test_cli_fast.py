@@ -15,7 +15,8 @@ from helpers import CUDA_SCRIPT, run_cli, tree_snapshot
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
+from xla_migrate import cli
+from xla_migrate.cli import main, options, output
 from xla_migrate.engine import pipeline as engine
 from xla_migrate.engine.registry import all_rules
 
@@ -57,7 +58,7 @@ DECLINED = [
 def _typer_arguments(argv: list[str], monkeypatch) -> dict:
     """What typer passes ``migrate_command`` for ``argv``."""
     seen: list[dict] = []
-    monkeypatch.setattr(cli, "migrate_command", lambda **arguments: seen.append(arguments) or 0)
+    monkeypatch.setattr(main, "migrate_command", lambda **arguments: seen.append(arguments) or 0)
     result = CliRunner().invoke(cli.app, argv)
     assert result.exit_code == 0, result.output
     assert len(seen) == 1
@@ -66,7 +67,7 @@ def _typer_arguments(argv: list[str], monkeypatch) -> dict:
 
 @pytest.mark.parametrize("argv", TAKEN, ids=" ".join)
 def test_fast_path_gives_typer_s_arguments(argv, monkeypatch):
-    fast = cli.fast_arguments(argv)
+    fast = options.fast_arguments(argv)
     assert fast is not None
     expected = _typer_arguments(argv, monkeypatch)
     assert fast == expected
@@ -75,21 +76,21 @@ def test_fast_path_gives_typer_s_arguments(argv, monkeypatch):
 
 @pytest.mark.parametrize("argv", DECLINED, ids=" ".join)
 def test_fast_path_declines_what_typer_must_judge(argv):
-    assert cli.fast_arguments(argv) is None
+    assert options.fast_arguments(argv) is None
 
 
 def test_fast_tables_agree_with_the_typer_declarations():
     """Each option the fast path knows is typer's, for the same parameter and of the same kind; the
     defaults are the command's parameters, all of them."""
     params = {param.name: param for param in get_command(cli.app).params}
-    assert set(cli._DEFAULTS) == set(params) == set(inspect.signature(cli.migrate_command).parameters)
+    assert set(options._DEFAULTS) == set(params) == set(inspect.signature(main.migrate_command).parameters)
     by_option = {opt: param for param in params.values() for opt in [*param.opts, *param.secondary_opts]}
-    for option, key in cli._FAST_VALUES.items():
+    for option, key in options._FAST_VALUES.items():
         param = by_option[option]
         assert (param.name, param.multiple, getattr(param, "is_flag", False)) == (key, False, False), option
-    for option, key in cli._FAST_LISTS.items():
+    for option, key in options._FAST_LISTS.items():
         assert (by_option[option].name, by_option[option].multiple) == (key, True), option
-    for option, (key, value) in cli._FAST_FLAGS.items():
+    for option, (key, value) in options._FAST_FLAGS.items():
         param = by_option[option]
         assert param.name == key and param.is_flag, option
         assert value is (option not in param.secondary_opts), option
@@ -128,7 +129,7 @@ END_TO_END = [
 
 @pytest.mark.parametrize("argv", END_TO_END, ids=" ".join)
 def test_fast_path_runs_as_typer_does(argv, tmp_path):
-    assert cli.fast_arguments(argv) is not None
+    assert options.fast_arguments(argv) is not None
     runs = []
     for env in ({}, {"XLA_MIGRATE_DEBUG": "1"}):
         folder = _scratch(tmp_path / str(len(runs)))
@@ -181,7 +182,7 @@ def _dist_info(folder, name: str, version: str) -> None:
 def test_installed_torch_xla_is_what_importlib_metadata_finds(name, tmp_path, monkeypatch):
     from importlib import metadata
 
-    assert not cli._may_have_torch_xla() and cli._installed_torch_xla() is None  # none in the test envs
+    assert not output._may_have_torch_xla() and output._installed_torch_xla() is None  # none in the test envs
     with pytest.raises(metadata.PackageNotFoundError):
         metadata.version("torch_xla")
     _dist_info(tmp_path / "site", name, "9.1")
@@ -192,14 +193,14 @@ def test_installed_torch_xla_is_what_importlib_metadata_finds(name, tmp_path, mo
     except metadata.PackageNotFoundError:
         found = None  # torch-xla-9.1.dist-info: a distribution named "torch"
     assert found == (None if name.startswith("torch-xla") else "9.1")
-    assert cli._may_have_torch_xla() and cli._installed_torch_xla() == found
+    assert output._may_have_torch_xla() and output._installed_torch_xla() == found
 
 
 def test_installed_torch_xla_asks_importlib_metadata_for_what_it_cannot_list(tmp_path, monkeypatch):
     archive = tmp_path / "packages.zip"
     archive.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip archive
     monkeypatch.setattr(sys, "path", [*sys.path, str(archive)])
-    assert cli._may_have_torch_xla()
+    assert output._may_have_torch_xla()
     monkeypatch.setattr(sys, "path", sys.path[:-1])
 
     class Finder:
@@ -208,7 +209,7 @@ def test_installed_torch_xla_asks_importlib_metadata_for_what_it_cannot_list(tmp
             return iter(())
 
     monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder])
-    assert cli._may_have_torch_xla()
+    assert output._may_have_torch_xla()
 
 
 def test_a_bad_exclude_pattern_fails_a_single_file_run_as_before(tmp_path):

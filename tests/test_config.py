@@ -6,8 +6,8 @@ import pytest
 from helpers import CUDA_SCRIPT, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
-from xla_migrate import migrate
+from xla_migrate import cli, migrate
+from xla_migrate.cli import main
 
 runner = CliRunner()
 
@@ -110,7 +110,7 @@ def test_distributed_reaches_the_engine(repo, monkeypatch, config, flags, expect
         return real(*args, **kwargs)
 
     monkeypatch.setattr(api, "migrate", spy)
-    monkeypatch.setattr(cli, "migrate", spy)
+    monkeypatch.setattr(main, "migrate", spy)
     write_config(repo, config)
     assert invoke("--in", str(repo / "code" / "train.py"), "--check", *flags).exit_code == 1  # one file
     assert invoke("--in", str(repo / "code"), "--check", "-j", "1", *flags).exit_code == 1  # a tree

@@ -12,7 +12,7 @@ from test_report import SCHEMA
 from typer.testing import CliRunner
 
 from xla_migrate import migrate
-from xla_migrate.cli.main import app
+from xla_migrate.cli import app
 from xla_migrate.report.formats import json_report, summary
 
 TORCHRUN_DDP = textwrap.dedent('''\

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from xla_migrate import migrate
 from xla_migrate.engine import registry
-from xla_migrate.cli.main import app
+from xla_migrate.cli import app
 from xla_migrate.engine.gate import CODE, OutputGate
 from xla_migrate.engine.rule import Rule
 

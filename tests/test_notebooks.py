@@ -11,7 +11,7 @@ import pytest
 from helpers import CUDA_SCRIPT, ROOT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
+from xla_migrate import cli
 from xla_migrate import migrate
 from xla_migrate.cli.notebooks import mask, unmask
 

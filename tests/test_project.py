@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
+from xla_migrate import cli
 from xla_migrate import migrate
-from xla_migrate.analysis.project import build_index, index_for
+from xla_migrate.analysis.project import build_index
 from xla_migrate.report.summary import CUDA_FAMILIES, family
-from xla_migrate.cli.tree import Ignorer
+from xla_migrate.cli.discovery import Ignorer, index_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "fixtures" / "projects" / "ddp_project"

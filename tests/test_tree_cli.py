@@ -12,7 +12,7 @@ import pytest
 from helpers import CUDA_SCRIPT, NO_CUDA_SCRIPT, run_cli, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
+from xla_migrate import cli
 from xla_migrate import migrate
 
 runner = CliRunner()
@@ -387,10 +387,10 @@ def test_prefilter_skips_files_without_trigger_names(tmp_path):
 
 
 def test_prefilter_triggers_are_in_one_place():
-    from xla_migrate.cli import tree
+    from xla_migrate.cli import discovery
 
-    assert tree.mentions_a_trigger(b"x.cuda()") and tree.mentions_a_trigger(b"from transformers import Trainer")
-    assert not tree.mentions_a_trigger(b"import numpy as np\n")
+    assert discovery.mentions_a_trigger(b"x.cuda()") and discovery.mentions_a_trigger(b"from transformers import Trainer")
+    assert not discovery.mentions_a_trigger(b"import numpy as np\n")
 
 
 # --format and --report ---------------------------------------------------------------------------------------

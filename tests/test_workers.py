@@ -14,7 +14,7 @@ import pytest
 from helpers import CUDA_SCRIPT, tree_snapshot
 from typer.testing import CliRunner
 
-from xla_migrate.cli import main as cli
+from xla_migrate import cli
 from xla_migrate.syntax import nesting
 
 runner = CliRunner()

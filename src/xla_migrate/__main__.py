@@ -30,7 +30,7 @@ def main() -> None:
         module, _, name = SUBCOMMANDS[args[0]].partition(":")
         getattr(importlib.import_module(module), name)(args=args[1:], prog_name=f"xla-migrate {args[0]}")
         return
-    from .cli.main import run
+    from .cli import run
 
     run()
 

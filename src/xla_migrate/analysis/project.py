@@ -253,14 +253,6 @@ def build_index(root: str, files: list[str]) -> ProjectIndex:
     return ProjectIndex(root_abs, kept, by_name, edges)
 
 
-def index_for(root: str, ignorer) -> ProjectIndex:
-    """Index every Python file the tree walk finds under ``root`` (the same excludes and .gitignore)."""
-    from ..cli.tree import walk
-
-    found = walk(root, ignorer)
-    return build_index(root, [os.path.join(root, f.rel) for f in found if f.rel and f.rel.endswith(".py")])
-
-
 def _index_module(rel: str, data: bytes) -> ModuleInfo:
     name = module_name(rel)
     try:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from ..report.diff import unified_diff
 from ..engine.records import Finding
 from ..syntax.patterns import IPYTHON_PLACEHOLDER_COMMENT
-from .tree import mentions_a_trigger
+from .discovery import mentions_a_trigger
 
 # `%magic`, `!cmd`, `x = !cmd`, `?obj`, `obj?` and wildcard help (`torch.*Tensor?`).
 IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]|\?+[\w.]|[\w.*]+\?+\s*$)")

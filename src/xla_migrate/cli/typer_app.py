@@ -1,9 +1,9 @@
 """The command line's typer declarations: ``xla-migrate [OPTIONS] PATH...`` (the options, their help, and
-click's parsing of them) and ``xla-migrate rule CODE``. The commands themselves are in :mod:`xla_migrate.cli.main`.
+click's parsing of them) and ``xla-migrate rule CODE``. The main command itself is ``main.migrate_command``.
 
 Importing typer and letting it parse cost more than migrating a small file, so a plain run does neither:
-``cli.run`` parses the common command lines itself into the same arguments (tests/test_cli_fast.py compares
-the two) and comes here for everything else (``--help``, a usage error, an option it does not take).
+``xla_migrate.cli.run`` parses the common command lines itself into the same arguments (tests/test_cli_fast.py
+compares the two) and comes here for everything else (``--help``, a usage error, an option it does not take).
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ from typing import Optional
 
 import typer
 
-from . import main as cli
 from ..engine.targets import DEFAULT_TARGET, TARGETS
+from . import main
+from .options import EXIT_ERROR, HELP
+from .output import _err
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
-@app.command(help=cli.HELP)
+@app.command(help=HELP)
 def command(
     paths: Optional[list[str]] = typer.Argument(None, metavar="PATH", show_default=False, hidden=True),
     in_path: Optional[list[str]] = typer.Option(None, "--in", metavar="PATH", help="A PATH given as an option (repeatable; the same as listing it)."),
@@ -53,7 +55,7 @@ def command(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list every change."),
 ) -> None:
     arguments = dict(locals())  # first, so that it holds the parameters only
-    raise typer.Exit(cli.migrate_command(**arguments))
+    raise typer.Exit(main.migrate_command(**arguments))
 
 
 # xla-migrate rule CODE -------------------------------------------------------------------------------------
@@ -70,11 +72,11 @@ def rule(
 
     found = find_rule(code)
     if output_format not in ("text", "json"):
-        cli._err(f"error: --format {output_format}: expected text or json", "red")
-        raise typer.Exit(cli.EXIT_ERROR)
+        _err(f"error: --format {output_format}: expected text or json", "red")
+        raise typer.Exit(EXIT_ERROR)
     if found is None:
-        cli._err(f"error: unknown rule: {code} (xla-migrate --list-rules lists them)", "red")
-        raise typer.Exit(cli.EXIT_ERROR)
+        _err(f"error: unknown rule: {code} (xla-migrate --list-rules lists them)", "red")
+        raise typer.Exit(EXIT_ERROR)
     if output_format == "json":
         import json
 

@@ -1,4 +1,5 @@
-"""Supervised worker processes for a tree run.
+"""Running a tree run's files: ``run_all``, in supervised worker processes (or, with nothing to parse, in
+this one).
 
 A worker that dies while migrating a file (libcst's native parser can overflow its stack on input the
 nesting guard did not foresee; the kernel's OOM killer) costs only that file: it is reported as one error
@@ -6,7 +7,7 @@ line, a fresh worker takes the files that were left, and the run goes on. That h
 which uses one worker. Workers leave with their parent, however it ends (``kill -9`` included).
 
 Tasks go out in small batches (one big file alone) and each outcome comes back as soon as it is done, so
-the file a dead worker was on is always known. Ctrl-C (``tree.run_all`` installs the handler) is passed on to
+the file a dead worker was on is always known. Ctrl-C (``run_all`` installs the handler) is passed on to
 the workers; each finishes a write in progress, abandons a migration, reports what it finished and stops.
 """
 
@@ -19,10 +20,47 @@ import threading
 import time
 from collections import deque
 from multiprocessing.connection import wait
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .tree import Options, Outcome, Task
 
 # A batch of small files goes to a worker in one message; a file this big or bigger goes alone.
 BATCH_FILES = 16
 BATCH_BYTES = 256 * 1024
+
+
+# Running many ------------------------------------------------------------------------------------------------
+def run_all(tasks: list[Task], options: Options, jobs: int, progress=None) -> list[Outcome]:
+    """Migrate every task in ``jobs`` supervised worker processes (see above: a worker that crashes costs
+    only its file). Sorted by path. Only a run with nothing to parse, or ``XLA_MIGRATE_DEBUG``
+    set with ``-j 1`` (tracebacks reach the terminal), runs in this process.
+
+    Ctrl-C stops the run promptly: pending files are not started, files being migrated are abandoned, writes
+    in progress complete; then ``Interrupted`` says what finished and what was not reached."""
+    from .tree import _INTERRUPT, Interrupted, _SigintHandled, process
+
+    parse_work = [t for t in tasks if t.kind != "other"]
+    jobs = max(1, min(jobs, len(parse_work)))
+    outcomes: list[Outcome] = []
+    with _SigintHandled():
+        if not parse_work or (jobs == 1 and os.environ.get("XLA_MIGRATE_DEBUG")):
+            for task in tasks:
+                if _INTERRUPT.requested:
+                    break
+                try:
+                    outcomes.append(process(task, options))
+                except KeyboardInterrupt:
+                    break
+                if progress:
+                    progress(1)
+        else:
+            outcomes = run_supervised(tasks, options, jobs, progress)
+        interrupted = _INTERRUPT.requested
+    if interrupted:
+        finished = {o.path for o in outcomes}
+        raise Interrupted(outcomes, [t for t in tasks if t.path not in finished])
+    return sorted(outcomes, key=lambda o: o.path)
 
 
 def run_supervised(tasks: list, options, jobs: int, progress=None) -> list:

@@ -1,8 +1,12 @@
-"""The report for people: one line per change or finding, ``path:line:col: CODE message``."""
+"""The report: for people (one line per change or finding, ``path:line:col: CODE message``, and the summary
+line), the JSON report (schema docs/report.schema.json) and GitHub workflow annotations."""
 
 from __future__ import annotations
 
-from ..api import MigrationResult
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the report formats results; the api, a layer above, makes them
+    from ..api import MigrationResult
 
 
 def summary(result: MigrationResult, label: str) -> str:

@@ -1,0 +1,215 @@
+"""Finding a run's files: directories, globs, ``.gitignore`` and ``--exclude`` (ruff's model), what kind
+each file is, and the cheap pre-filter that skips a file before it is parsed. Also the project index of
+every Python file the walk finds under a root (the analysis takes the list; the walk and its excludes are
+the command line's)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..analysis.project import ProjectIndex
+
+# A file that mentions none of these is not parsed at all: nothing in it can need migrating. The one place
+# the list lives; keep it a superset of what any rule looks for.
+TRIGGERS = ("cuda", "torch", "Trainer", "nccl", "accelerate", "autocast", "GradScaler", "apex")
+TRIGGER_RE = re.compile("|".join(re.escape(t) for t in TRIGGERS).encode())
+
+PYTHON_SUFFIXES = (".py",)
+NOTEBOOK_SUFFIXES = (".ipynb",)
+GLOB_CHARS = re.compile(r"[*?\[]")
+ALWAYS_SKIPPED_DIRS = {".git", ".hg", ".svn"}
+
+
+def mentions_a_trigger(data: bytes) -> bool:
+    return TRIGGER_RE.search(data) is not None
+
+
+def kind_of(path: str) -> str:
+    if path.endswith(NOTEBOOK_SUFFIXES):
+        return "notebook"
+    if path.endswith(PYTHON_SUFFIXES):
+        return "python"
+    return "other"
+
+
+class DiscoveryError(Exception):
+    """A path on the command line that names nothing."""
+
+
+# Finding files ---------------------------------------------------------------------------------------------
+class Ignorer:
+    """``.gitignore`` files (from the repository root, or the walked folder outside a repository, down) and
+    ``--exclude``/config patterns, with gitignore semantics (a deeper file and a later line win)."""
+
+    def __init__(self, use_gitignore: bool, excludes: list[tuple[Path | None, list[str]]]):
+        self.use_gitignore = use_gitignore
+        self._gitignores: dict[Path, object] = {}
+        self._exclude_lines = [(base, lines) for base, lines in excludes if lines]
+
+    @cached_property
+    def excludes(self) -> list:
+        """(base folder or None for "relative to the walked root", spec), compiled when first asked: a
+        single script never is (the caller asks at once for patterns that a user wrote, which can be bad)."""
+        from pathspec import GitIgnoreSpec
+
+        return [(base, GitIgnoreSpec.from_lines(lines)) for base, lines in self._exclude_lines]
+
+    def _gitignore(self, folder: Path):
+        if folder not in self._gitignores:
+            spec = None
+            ignore_file = folder / ".gitignore"
+            if ignore_file.is_file():
+                from pathspec import GitIgnoreSpec
+
+                try:
+                    spec = GitIgnoreSpec.from_lines(ignore_file.read_text(errors="replace").splitlines())
+                except Exception:  # a malformed pattern: ignore that file, as git would ignore the line
+                    spec = None
+            self._gitignores[folder] = spec
+        return self._gitignores[folder]
+
+    def excluded_by_pattern(self, path: Path, root: Path, is_dir: bool) -> bool:
+        suffix = "/" if is_dir else ""
+        for base, spec in self.excludes:
+            try:
+                rel = path.relative_to(base or root).as_posix()
+            except ValueError:
+                if base is not None:  # outside the config's folder: its patterns say nothing about it
+                    continue
+                rel = path.as_posix().lstrip("/")  # a named file outside the current folder: its whole path
+            if rel != "." and spec.match_file(rel + suffix):
+                return True
+        return False
+
+    def excluded(self, path: Path, root: Path, is_dir: bool) -> bool:
+        """``path`` and ``root`` absolute (not resolved); ``root`` is the folder being walked."""
+        if self.excluded_by_pattern(path, root, is_dir):
+            return True
+        suffix = "/" if is_dir else ""
+        if not self.use_gitignore:
+            return False
+        top = _repo_root(root) or root
+        try:
+            parts = path.relative_to(top).parts
+        except ValueError:
+            return False
+        verdict = None
+        folder = top
+        for depth in range(len(parts)):
+            spec = self._gitignore(folder)
+            if spec is not None:
+                result = spec.check_file("/".join(parts[depth:]) + suffix).include
+                if result is not None:
+                    verdict = result
+            folder = folder / parts[depth]
+        return bool(verdict)
+
+
+_REPO_ROOTS: dict[Path, Path | None] = {}
+
+
+def _repo_root(folder: Path) -> Path | None:
+    if folder not in _REPO_ROOTS:
+        found = None
+        for candidate in (folder, *folder.parents):
+            if (candidate / ".git").exists():
+                found = candidate
+                break
+        _REPO_ROOTS[folder] = found
+    return _REPO_ROOTS[folder]
+
+
+@dataclass(frozen=True)
+class Found:
+    path: str  # as the user will see it: the input joined with the path below it
+    rel: str | None  # below the walked folder (for a mirror), None for a file named on the command line
+    explicit: bool  # named on the command line (migrated whatever its suffix)
+
+
+def walk(root: str, ignorer: Ignorer, skip: set[str] = frozenset(), pattern=None) -> list[Found]:
+    """Every file below ``root`` not ignored; symlinked folders followed once each (no loops)."""
+    root_abs = Path(os.path.abspath(root))
+    seen: set[tuple[int, int]] = set()
+    found: list[Found] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        here = Path(os.path.abspath(dirpath))
+        keep = []
+        for name in sorted(dirnames):
+            child = here / name
+            if name in ALWAYS_SKIPPED_DIRS or os.path.realpath(child) in skip:
+                continue
+            if ignorer.excluded(child, root_abs, is_dir=True):
+                continue
+            keep.append(name)
+        dirnames[:] = keep
+        for name in filenames:
+            child = here / name
+            if ignorer.excluded(child, root_abs, is_dir=False):
+                continue
+            rel = child.relative_to(root_abs).as_posix()
+            if pattern is not None and not pattern.match_file(rel):
+                continue
+            found.append(Found(os.path.join(root, rel) if root not in (".", "./") else rel, rel, False))
+    return found
+
+
+def force_excluded(path: str, ignorer: Ignorer) -> bool:
+    """``--force-exclude``: whether a path named on the command line matches an exclude pattern, itself or
+    through a folder above it (command-line patterns are relative to the current folder). As in ruff,
+    exclusions otherwise apply only to what a folder walk or a glob finds."""
+    # gitignore matching of "a/build/x.py" against "build/" covers the folders above the file.
+    return ignorer.excluded_by_pattern(Path(os.path.abspath(path)), Path(os.getcwd()), is_dir=os.path.isdir(path))
+
+
+def discover(specs: list[str], ignorer: Ignorer, skip: set[str] = frozenset()) -> list[Found]:
+    """Expand the paths: files as they are, folders walked, globs matched (``**`` for any depth)."""
+    found: list[Found] = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found += walk(spec, ignorer, skip)
+        elif os.path.lexists(spec):
+            found.append(Found(spec, None, True))  # named: migrated even if excluded (see force_excluded)
+        elif GLOB_CHARS.search(spec):
+            found += _glob(spec, ignorer, skip)
+        else:
+            raise DiscoveryError(f"{spec}: no such file or directory")
+    return found
+
+
+def _glob(spec: str, ignorer: Ignorer, skip: set[str]) -> list[Found]:
+    from pathspec import GitIgnoreSpec
+
+    parts = spec.split("/")
+    index = next(i for i, part in enumerate(parts) if GLOB_CHARS.search(part))
+    base = "/".join(parts[:index]) or ("/" if spec.startswith("/") else ".")
+    rest = "/".join(parts[index:])
+    if not os.path.isdir(base):
+        raise DiscoveryError(f"{spec}: no files match")
+    pattern = GitIgnoreSpec.from_lines(["/" + rest])
+    matches = [Found(f.path, None, True) for f in walk(base, ignorer, skip, pattern)]
+    if not matches:
+        raise DiscoveryError(f"{spec}: no files match")
+    return matches
+
+
+def index_for(root: str, ignorer: Ignorer) -> ProjectIndex:
+    """Index every Python file the tree walk finds under ``root`` (the same excludes and .gitignore)."""
+    from ..analysis.project import build_index
+
+    found = walk(root, ignorer)
+    return build_index(root, [os.path.join(root, f.rel) for f in found if f.rel and f.rel.endswith(".py")])
