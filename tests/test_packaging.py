@@ -1,5 +1,6 @@
-"""The rules ship inside the package: the wheel holds transforms/ as xla_migrate.transforms, and both a
-regular and an editable install in a fresh virtual environment can import every rule module."""
+"""The rules ship inside the package: the wheel holds transforms/ as xla_migrate.transforms (and every module
+of src/xla_migrate/, subpackages included), and both a regular and an editable install in a fresh virtual
+environment can import every rule module."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Paths relative to transforms/, family folders included (device/cuda_device_to_xla.py, ...).
 RULE_FILES = sorted(p.relative_to(ROOT / "transforms").as_posix() for p in (ROOT / "transforms").rglob("*.py"))
+# Every module of the package, subpackages included (a subpackage missing from pyproject's `packages` would
+# be left out of the wheel).
+PACKAGE_FILES = sorted(p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src" / "xla_migrate").rglob("*.py"))
 
 
 def _pip(python: Path, *args: str, cwd: Path = ROOT) -> None:
@@ -28,7 +32,7 @@ def test_wheel_contains_the_rules(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for rule_file in RULE_FILES:
         assert f"xla_migrate/transforms/{rule_file}" in names
-    assert "xla_migrate/cli/main.py" in names
+    assert set(PACKAGE_FILES) <= names, sorted(set(PACKAGE_FILES) - names)
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "xla-migrate = xla_migrate.__main__:console" in entry_points
 

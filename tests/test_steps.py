@@ -1,4 +1,4 @@
-"""The step model (src/xla_migrate/analysis/steps.py): what it sees in a loop, and what the loop rules do with it that
+"""The step model (src/xla_migrate/analysis/steps/): what it sees in a loop, and what the loop rules do with it that
 the goldens cannot show (which rule reports a read once another moves it, call paths, idempotence of the
 runnable fixtures' migrations)."""
 

@@ -20,7 +20,7 @@ Per module it knows:
 - the objects it makes from the project's own classes (``loss_scaler = NativeScaler()``), by name, so a
   module that is handed one as a parameter of the same name knows what calling it does.
 
-The step analysis (steps.py) asks it what a call into another module does; the entry-point rule (XLA407)
+The step analysis (steps/) asks it what a call into another module does; the entry-point rule (XLA407)
 asks whether a file is an entry file; the run takes one distributed decision for the modules that import
 each other.
 """

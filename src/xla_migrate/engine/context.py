@@ -138,7 +138,7 @@ class MigrationContext:
         self.data_parallel: str = target.default_data_parallel if data_parallel is None else data_parallel
         # The codes of the rules in this run (None: every rule), so a rule can tell whether another one runs.
         self._rule_codes = rule_codes
-        # The step model: per loop, what one training or evaluation step does (steps.py).
+        # The step model: per loop, what one training or evaluation step does (analysis/steps/).
         self.steps = StepModel(self)
         self.edits = Edits()
         self.changes: list[Change] = []

@@ -1,0 +1,160 @@
+"""Call paths: which function of the module a call runs (``f(x)``, ``self.method(x)``, an object of a local
+class and its ``__call__``, ``self.attr.method(x)``), what one call does (its events, followed
+``MAX_DEPTH`` calls deep), and what a call into another module of the project does (from the project
+index). A part of ``StepModel`` (a base class of it), kept apart because it is the one place that follows
+calls."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...syntax import patterns
+from .kinds import BACKWARD, CALL, STEP, Event, Function, Loop
+
+
+class CallPaths:
+    """``StepModel``'s call resolution (see the module docstring)."""
+
+    MAX_DEPTH = 6  # calls followed from a loop body
+
+    # Callees -----------------------------------------------------------------------------------------------
+    def callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this module a call runs: ``f(x)``, ``self.method(x)``, ``obj(x)`` (a local class's
+        ``__call__``), ``obj.method(x)``, ``self.attr(x)`` / ``self.attr.method(x)``."""
+        if call in self._callees:
+            return self._callees[call]
+        function = self._c.where.get(call, (None, None))[0]
+        found = self._resolve(call.func, function)
+        self._callees[call] = found
+        return found
+
+    def _resolve(self, func: cst.BaseExpression, function: Function) -> cst.FunctionDef | None:
+        c = self._c
+        if isinstance(func, cst.Name):
+            scope: Function = function
+            while True:
+                if (scope, func.value) in c.defs:
+                    return c.defs[(scope, func.value)]
+                if (scope, func.value) in c.instances:
+                    return self._method(c.instances[(scope, func.value)], "__call__")
+                if scope is None:
+                    held = self._instance_anywhere(func.value)
+                    return self._method(held, "__call__") if held else None
+                scope = c.function_parent.get(scope)
+        if not isinstance(func, cst.Attribute):
+            return None
+        base, attr = func.value, func.attr.value
+        own_class = c.function_class.get(function) if function is not None else None
+        if isinstance(base, cst.Name) and base.value == "self" and own_class is not None:
+            method = self._method(own_class, attr)
+            if method is not None:
+                return method
+            held = c.self_instances.get((own_class, attr))
+            return self._method(held, "__call__") if held else None
+        if (isinstance(base, cst.Attribute) and isinstance(base.value, cst.Name) and base.value.value == "self"
+                and own_class is not None):
+            held = c.self_instances.get((own_class, base.attr.value))
+            return self._method(held, attr) if held else None
+        if isinstance(base, cst.Name):
+            scope = function
+            while True:
+                if (scope, base.value) in c.instances:
+                    return self._method(c.instances[(scope, base.value)], attr)
+                if scope is None:
+                    held = self._instance_anywhere(base.value)
+                    return self._method(held, attr) if held else None
+                scope = c.function_parent.get(scope)
+        return None
+
+    def external_effects(self, call: cst.Call) -> tuple[str, ...]:
+        """What a call into another module of the project does to the gradients (BACKWARD, STEP), from the
+        project index: an imported helper (``train_step(...)``, ``utils.train_step(...)``), or an object of
+        a project class made elsewhere and passed in under the same name (``loss_scaler(loss)``,
+        ``stepper.update(loss)``). Empty without a project."""
+        project = self.ctx.project
+        if project is None:
+            return ()
+        kinds: tuple[str, ...] = ()
+        for name in sorted(self.ctx.qualnames(call.func)):
+            kinds = project.helper_effects(name) or project.helper_effects(name + ".__call__")
+            if kinds:
+                break
+        if not kinds:
+            func = call.func
+            if isinstance(func, cst.Name):
+                kinds = project.instance_effects(func.value)
+            elif isinstance(func, cst.Attribute) and isinstance(func.value, (cst.Name, cst.Attribute)):
+                holder = patterns.dotted_name(func.value)
+                if holder is not None:
+                    kinds = project.instance_effects(holder.rsplit(".", 1)[-1], func.attr.value)
+        from ..project import BACKWARD as HELPER_BACKWARD
+
+        return tuple(BACKWARD if kind == HELPER_BACKWARD else STEP for kind in kinds)
+
+    def _instance_anywhere(self, name: str) -> str | None:
+        """The local class an object of this name is made from anywhere in the module, when only one is: an
+        object made in ``main`` and passed on as a parameter of the same name (``loss_scaler``)."""
+        if self._instances_by_name is None:
+            self._instances_by_name = {}
+            for (_, bound), cls in self._c.instances.items():
+                if cls in self._c.methods:
+                    self._instances_by_name.setdefault(bound, set()).add(cls)
+        classes = self._instances_by_name.get(name, set())
+        return next(iter(classes)) if len(classes) == 1 else None
+
+    def _method(self, class_name: str, name: str, seen: frozenset[str] = frozenset()) -> cst.FunctionDef | None:
+        c = self._c
+        if class_name not in c.methods or class_name in seen:
+            return None
+        if name in c.methods[class_name]:
+            return c.methods[class_name][name]
+        for base in c.bases.get(class_name, ()):
+            found = self._method(base.rsplit(".", 1)[-1], name, seen | {class_name})
+            if found is not None:
+                return found
+        return None
+
+    def effects(self, function: cst.FunctionDef, depth: int = 0) -> list[Event]:
+        """What one call of ``function`` does: its events, following its own calls (paths start below it)."""
+        if function in self._effects:
+            return self._effects[function]
+        self._effects[function] = []  # recursion: a function that calls itself adds nothing more
+        events = self._events_of(function, None, depth) if depth < self.MAX_DEPTH else []
+        self._effects[function] = events
+        return events
+
+    def _events_of(self, function: Function, loop: Loop | None, depth: int) -> list[Event]:
+        """The events of ``function``'s code below ``loop`` (its whole body when None), callees followed."""
+        events: list[Event] = []
+        for raw in self._c.raw.get(function, ()):
+            inner = self._inner_loop(raw.loop, loop)
+            if inner is False:
+                continue
+            if raw.kind == CALL:
+                target = self.callee(raw.node)  # type: ignore[arg-type]
+                if target is None:
+                    events += [Event(kind, raw.node, (), inner, external=True)
+                               for kind in self.external_effects(raw.node)]  # type: ignore[arg-type]
+                    continue
+                if target is function:
+                    continue
+                for event in self.effects(target, depth + 1):
+                    events.append(Event(event.kind, event.node, (raw.node, *event.path),  # type: ignore[arg-type]
+                                        event.inner_loop or inner))
+                continue
+            events.append(Event(raw.kind, raw.node, (), inner))
+        return events
+
+    def _inner_loop(self, raw_loop: Loop | None, loop: Loop | None) -> Loop | None | bool:
+        """For a node whose innermost loop is ``raw_loop``: None when it runs once per iteration of ``loop``
+        (once per call when ``loop`` is None), the loop below ``loop`` that repeats it, or False when it
+        lies outside ``loop``."""
+        if raw_loop is loop:
+            return None
+        current = raw_loop
+        while current is not None:
+            parent = self._c.loop_parent.get(current)
+            if parent is loop:
+                return raw_loop
+            current = parent
+        return raw_loop if loop is None else False

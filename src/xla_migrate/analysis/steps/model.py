@@ -1,0 +1,406 @@
+"""``StepModel``: the step analysis of one module (see the package docstring): its loops classified
+(training, evaluation, micro-step), where each step ends (the barrier's place), and the queries the rules ask
+(regions, tensors, loaders). Following calls is ``call_paths.py``; the gradient reduction is
+``reductions.py``."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from ...syntax import patterns
+from ..facts import DATALOADERS, DEVICE_LOADERS
+from .call_paths import CallPaths
+from .collect import _Collector, _receiver
+from .host_reads import _HostReadPlan
+from .kinds import (_ACCUMULATION_NAME, _LOADER_NAME, _TENSOR_CALLEES, BACKWARD, BARRIER, CALL, FORWARD, PASS_THROUGH,
+                    READ, STEP, BarrierSite, Batches, Event, Function, Loop, Region, StepLoop)
+from .reads import is_read_call, mentions, reads
+from .reductions import GradientReductions
+
+if TYPE_CHECKING:
+    from ...engine.context import MigrationContext
+
+
+# The model -----------------------------------------------------------------------------------------------
+
+
+class StepModel(CallPaths, GradientReductions):
+    """The step analysis of one module (see the package docstring). Built by the context, once."""
+
+    def __init__(self, ctx: MigrationContext) -> None:
+        self.ctx = ctx
+        collector = _Collector(ctx)
+        ctx.module.visit(collector)
+        self._c = collector
+        self._effects: dict[cst.FunctionDef, list[Event]] = {}
+        self._callees: dict[cst.Call, cst.FunctionDef | None] = {}
+        self._instances_by_name: dict[str, set[str]] | None = None
+        self._backward_sites: dict[Function, list[cst.CSTNode]] = {}
+        self.loops: dict[Loop, StepLoop] = {}
+        # Micro-step loop -> the training loop whose step it is part of.
+        self.micro_of: dict[Loop, StepLoop] = {}
+        # Step function -> (step loop, path to it): functions a step loop calls, with the first path found.
+        self.step_functions: dict[cst.FunctionDef, tuple[StepLoop, tuple[cst.Call, ...]]] = {}
+        self._classify()
+        self._tensor_names: dict[object, set[str]] = {}
+
+    # Classification ------------------------------------------------------------------------------------------
+    def _classify(self) -> None:
+        candidates: dict[Loop, list[Event]] = {}
+        for loop in self._c.loops:
+            candidates[loop] = self._events_of(self._c.loop_function[loop], loop, 0)
+        micro: set[Loop] = set()
+        trains: list[StepLoop] = []
+        for loop in self._c.loops:  # outer loops first: they claim their micro-step loops
+            if loop in micro:
+                continue
+            events = candidates[loop]
+            direct_steps = [e for e in events if e.kind == STEP and not e.nested]
+            direct_backward = [e for e in events if e.kind == BACKWARD and not e.nested]
+            nested_backward = [e for e in events if e.kind == BACKWARD and e.nested]
+            any_step = any(e.kind == STEP for e in events)
+            if direct_steps and direct_backward:
+                step = self._new(loop, "train", events)
+            elif direct_steps and nested_backward:
+                step = self._new(loop, "train", events)
+                step.accumulation = "micro-steps"
+                step.micro_loops = list(dict.fromkeys(e.inner_loop for e in nested_backward if e.inner_loop))
+                micro.update(step.micro_loops)
+            elif direct_backward and not any_step:
+                step = self._new(loop, "train", events)
+            else:
+                continue
+            trains.append(step)
+        for step in trains:
+            for inner in step.micro_loops:
+                self.micro_of[inner] = step
+                self.loops.pop(inner, None)
+        for loop in self._c.loops:
+            if loop in self.loops or loop in micro or self._feeds_backward(loop):
+                continue
+            events = candidates[loop]
+            if any(e.kind == BACKWARD for e in events) or any(e.kind == STEP for e in events):
+                continue
+            if any(e.kind == FORWARD and not e.nested for e in events):
+                self._new(loop, "eval", events)
+        for step in self.loops.values():
+            self._finish(step)
+        with_loops = {self._c.loop_function[s.loop] for s in self.loops.values()}
+        for step in self.loops.values():
+            for event in step.events:
+                for index, call in enumerate(event.path):
+                    target = self.callee(call)
+                    if target is not None and target not in self.step_functions and target not in with_loops:
+                        self.step_functions[target] = (step, event.path[: index + 1])
+
+    def _feeds_backward(self, loop: Loop) -> bool:
+        """A backward pass follows the loop in its function (in the function's own code or in one it calls):
+        the loop is the forward part of a training step (an RNN's time steps, an encoder over tokens), not
+        an evaluation loop. A validation loop after the update, or in a function with no backward, is one."""
+        function = self._c.loop_function[loop]
+        if function not in self._backward_sites:
+            sites = [e.site for e in self._events_of(function, None, 0) if e.kind == BACKWARD]
+            self._backward_sites[function] = sites
+        start = self.ctx.position(loop)
+        return any(self.ctx.position(site) > start and not self._within(site, loop)
+                   for site in self._backward_sites[function])
+
+    def _within(self, node: cst.CSTNode, loop: Loop) -> bool:
+        current = self._c.where.get(node, (None, None))[1]
+        while current is not None:
+            if current is loop:
+                return True
+            current = self._c.loop_parent.get(current)
+        return False
+
+    def _new(self, loop: Loop, kind: str, events: list[Event]) -> StepLoop:
+        step = StepLoop(loop, kind, self._c.loop_function[loop], self._batches(loop, events), events)
+        self.loops[loop] = step
+        return step
+
+    def _batches(self, loop: Loop, events: list[Event]) -> Batches:
+        if isinstance(loop, cst.For) and not isinstance(loop.iter, cst.BaseComp):
+            iterated = self.loop_iterable(loop)
+            if self.is_device_loader(iterated):
+                return Batches("device_loader", iterated)
+            if self.is_data_loader(iterated):
+                return Batches("loader", iterated)
+        for raw in self._c.raw.get(self._c.loop_function[loop], ()):
+            if raw.loop is loop and raw.kind == CALL and isinstance(raw.node, cst.Call):
+                parent = self.ctx.parent(raw.node)
+                if isinstance(parent, cst.Assign):
+                    if self.ctx.is_call_to(raw.node, "builtins.next"):
+                        return Batches("iterator", raw.node)
+                    name = (patterns.dotted_name(raw.node.func) or "").rsplit(".", 1)[-1]
+                    if self.callee(raw.node) is not None or "batch" in name.lower():
+                        return Batches("function", raw.node)
+        if isinstance(loop, cst.For):
+            return Batches("iterable", loop.iter)
+        return Batches("none")
+
+    def _finish(self, step: StepLoop) -> None:
+        step.iterates_device_loader = step.batches.how == "device_loader"
+        step.has_barrier = any(e.kind == BARRIER and (not e.nested or e.inner_loop in step.micro_loops)
+                               for e in step.events)
+        if step.batches.how == "loader":
+            step.loader = step.batches.node  # type: ignore[assignment]
+        step.barrier_site = self._barrier_site(step)
+        if step.kind == "train" and step.accumulation is None and step.barrier_site is not None and \
+                step.barrier_site.block is not step.loop.body:
+            step.accumulation = "guard"
+
+    # Where the step ends ---------------------------------------------------------------------------------------
+    def _chain(self, node: cst.CSTNode, loop: Loop) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+        """(block, statement) pairs from the loop's body down to ``node``, outermost first: each block (an
+        indented block or a one-line suite) and its child that holds ``node``. Empty outside the body."""
+        pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+        current: cst.CSTNode | None = node
+        while current is not None and current is not loop.body:
+            parent = self.ctx.parent(current)
+            if isinstance(parent, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                pairs.append((parent, current))
+            current = parent
+        if current is None:
+            return []
+        pairs.reverse()
+        return pairs
+
+    def _barrier_site(self, step: StepLoop) -> BarrierSite | None:
+        """After the update: the last statement, in the block that holds every optimizer step, that holds
+        a step or a later update (``scaler.update()``, ``zero_grad()``, a scheduler). The block is the loop's
+        body, or the ``if`` of an accumulation (``if (i + 1) % k == 0:``), so the barrier runs once per
+        optimizer step. Without a step in sight (or in an evaluation loop): the end of the body."""
+        body = step.loop.body
+        if isinstance(body, cst.SimpleStatementSuite):
+            return BarrierSite(body, body, bool(step.steps))
+        if not isinstance(body, cst.IndentedBlock) or not body.body:
+            return None
+        chains = [c for c in (self._chain(e.site, step.loop) for e in step.steps) if c]
+        if step.kind == "eval" or not chains:
+            return BarrierSite(body.body[-1], body, False)
+        depth = 0
+        while all(len(c) > depth + 1 and c[depth + 1][0] is chains[0][depth + 1][0] for c in chains):
+            depth += 1
+        while depth > 0 and not self._accumulation_guard(chains[0][depth][0]):
+            depth -= 1
+        block = chains[0][depth][0]
+        if isinstance(block, cst.SimpleStatementSuite):
+            return BarrierSite(block, block, True)
+        statements = list(block.body)  # type: ignore[attr-defined]
+        last = max(statements.index(c[depth][1]) for c in chains)
+        # Later updates join the step unless a host read comes first (``scheduler.step(loss.item())``).
+        reads = [self._index_in(e.site, block, depth, step, statements) for e in step.of_kind(READ, nested=False)]
+        stop = min([i for i in reads if i is not None and i > last], default=len(statements))
+        for event in step.updates:
+            index = self._index_in(event.site, block, depth, step, statements)
+            if index is not None and last < index < stop:
+                last = index
+        return BarrierSite(statements[last], block, True)
+
+    def _index_in(self, node: cst.CSTNode, block: cst.CSTNode, depth: int, step: StepLoop,
+                  statements: list[cst.CSTNode]) -> int | None:
+        chain = self._chain(node, step.loop)
+        if len(chain) > depth and chain[depth][0] is block:
+            return statements.index(chain[depth][1])
+        return None
+
+    def _accumulation_guard(self, block: cst.CSTNode) -> bool:
+        """The block is the body of an ``if`` that accumulates: ``if (i + 1) % k == 0:``, ``if step % accum:``."""
+        owner = self.ctx.parent(block)
+        if not isinstance(owner, cst.If) or owner.body is not block:
+            return False
+        return bool(patterns.find_all(owner.test, lambda n: isinstance(n, cst.Modulo) or (
+            isinstance(n, cst.Name) and bool(_ACCUMULATION_NAME.search(n.value)))))
+
+    # Queries ---------------------------------------------------------------------------------------------------
+    def loop(self, node: cst.CSTNode) -> StepLoop | None:
+        return self.loops.get(node)  # type: ignore[arg-type]
+
+    @cached_property
+    def training_loops(self) -> list[Loop]:
+        return [s.loop for s in self.loops.values() if s.kind == "train"]
+
+    def region(self, node: cst.CSTNode) -> Region | None:
+        """Where ``node`` runs once per step: in a step loop's body, in a loop below a training loop (its
+        micro-steps, a loop over the parameters), or in a function a step loop calls (the first call path
+        found; functions with step loops of their own are not per-step helpers). Only nodes the walk marks
+        (calls, expression statements, ifs, whiles, assignments, returns, subscripts)."""
+        where = self._c.where.get(node)
+        if where is None:
+            return None
+        function, loop = where
+        current, innermost = loop, True
+        while current is not None:
+            step = self.loops.get(current) or self.micro_of.get(current)
+            if step is not None and (innermost or step.kind == "train"):
+                return self._region_in(step, function)
+            innermost = False
+            current = self._c.loop_parent.get(current)
+        if function is not None and function in self.step_functions:
+            step, path = self.step_functions[function]
+            return Region(step, path, function)
+        return None
+
+    def _region_in(self, step: StepLoop, function: Function) -> Region:
+        if function is step.function or function not in self.step_functions:
+            return Region(step, (), function)
+        _, path = self.step_functions[function]  # type: ignore[index]
+        return Region(step, path, function)
+
+    @cached_property
+    def host_reads(self) -> _HostReadPlan:
+        """The reads XLA313 (running sums, per-step helpers) and XLA314 (finite checks) move."""
+        return _HostReadPlan(self)
+
+    def class_of(self, function: cst.FunctionDef) -> str | None:
+        """The name of the class a function is a method of, else None."""
+        return self._c.function_class.get(function)
+
+    def moves_read(self, node: cst.CSTNode) -> bool:
+        """A read that a rule of this run moves off the step (XLA313, XLA314)."""
+        return node in self.host_reads.moved
+
+    def training_region(self, node: cst.CSTNode) -> Region | None:
+        region = self.region(node)
+        return region if region is not None and region.step.kind == "train" else None
+
+    def gets_device_loader(self, step: StepLoop) -> bool:
+        """XLA301 wraps the loop's DataLoader: a training or evaluation loop over a DataLoader, not one that
+        accumulates by a guard (the device loader would mark every micro-step), not in an Accelerate script."""
+        return (step.loader is not None and not self.ctx.facts.uses_accelerate and step.accumulation != "guard"
+                and not step.has_barrier)
+
+    def iterates_device_loader(self, step: StepLoop) -> bool:
+        """After migration the loop iterates a device loader: it already does, or XLA301 runs and wraps it."""
+        return step.iterates_device_loader or (self.ctx.runs("XLA301") and self.gets_device_loader(step))
+
+    def needs_barrier(self, step: StepLoop) -> bool:
+        return (not self.ctx.facts.uses_accelerate and not self.iterates_device_loader(step)
+                and not step.has_barrier and step.barrier_site is not None)
+
+    def after_step_end(self, node: cst.CSTNode, region: Region) -> bool:
+        """``node`` runs after the step's graph ran: after a barrier in the same block of the loop body, or
+        after the update where XLA302 puts the barrier (in a loop that gets no device loader). Its reads cost
+        no extra graph run. In a device-loader loop the step ends at the next batch: nothing is after it."""
+        if region.in_callee:
+            return False
+        step = region.step
+        loop = step.loop
+        for event in step.of_kind(BARRIER, nested=False):
+            if not event.path and self._follows(node, event.node, loop):
+                return True
+        if self.ctx.facts.uses_accelerate or self.iterates_device_loader(step) or step.has_barrier:
+            return False
+        site = step.barrier_site
+        if site is None or not site.after_update or isinstance(site.block, cst.SimpleStatementSuite):
+            return False
+        return self._follows(node, site.statement, loop)
+
+    def _follows(self, node: cst.CSTNode, statement: cst.CSTNode, loop: Loop) -> bool:
+        """``node`` lies in a statement after ``statement``'s own statement, in the same block."""
+        anchor_chain = self._chain(statement, loop)
+        node_chain = self._chain(node, loop)
+        if not anchor_chain:
+            return False
+        block, anchor = anchor_chain[-1]
+        for node_block, node_statement in node_chain:
+            if node_block is block:
+                statements = list(block.body)  # type: ignore[attr-defined]
+                return statements.index(node_statement) > statements.index(anchor)
+        return False
+
+    # Tensors and host reads --------------------------------------------------------------------------------------
+    def tensor_names(self, region: Region) -> set[str]:
+        """Names that hold tensors where the region's code runs: what ``backward()`` is called on, what a
+        model, criterion or loss call returns, and what is computed from those (to a fixed point). Values
+        read with ``.item()`` are not."""
+        names = set(self.base_tensor_names(region))
+        if not region.in_callee:
+            names |= {n for (loop, n) in self.host_reads.device_values if loop is region.step.loop}
+        return names
+
+    def base_tensor_names(self, region: Region) -> set[str]:
+        """``tensor_names`` without the values XLA313 keeps on the device (what the source itself says)."""
+        key: object = region.function if region.in_callee else region.step.loop
+        if key in self._tensor_names:
+            return self._tensor_names[key]
+        names: set[str] = set()
+        if region.in_callee:
+            function = region.function
+            assignments = [(n, v) for n, v, _ in self._c.assignments.get(function, ())]
+            backwards = [r.node for r in self._c.raw.get(function, ()) if r.kind == BACKWARD]
+        else:
+            loop = region.step.loop
+            function = self._c.loop_function[loop]
+            within = self._loops_within(loop)
+            assignments = [(n, v) for n, v, owner in self._c.assignments.get(function, ()) if owner in within]
+            backwards = [r.node for r in self._c.raw.get(function, ()) if r.kind == BACKWARD and r.loop in within]
+        for call in backwards:
+            receiver = _receiver(call)  # type: ignore[arg-type]
+            if receiver is not None and receiver.rsplit(".", 1)[-1].endswith("accelerator"):
+                # accelerator.backward(loss): the tensor is the argument
+                receiver = patterns.dotted_name(call.args[0].value) if call.args else None  # type: ignore[attr-defined]
+            if receiver is not None:
+                names.add(receiver)
+        changed = True
+        while changed:
+            changed = False
+            for targets, value in assignments:
+                missing = [t for t in targets if t not in names]
+                if missing and self._produces_tensor(value, names):
+                    names.update(missing)
+                    changed = True
+        self._tensor_names[key] = names
+        return names
+
+    def _loops_within(self, loop: Loop) -> set[Loop]:
+        within = {loop}
+        for other in self._c.loops:
+            current = self._c.loop_parent.get(other)
+            while current is not None:
+                if current is loop:
+                    within.add(other)
+                    break
+                current = self._c.loop_parent.get(current)
+        return within
+
+    def _produces_tensor(self, value: cst.BaseExpression, names: set[str]) -> bool:
+        if reads(self.ctx, value, set()) or is_read_call(self.ctx, value, names):
+            return False  # `loss_value = loss.item()` holds a float
+        if isinstance(value, cst.Call):
+            callee = (patterns.dotted_name(value.func) or "").rsplit(".", 1)[-1].lower()
+            if any(word in callee for word in _TENSOR_CALLEES):
+                return True
+        return bool(mentions(value, names))
+
+    # Loaders --------------------------------------------------------------------------------------------------
+    def loop_iterable(self, loop: cst.For) -> cst.BaseExpression:
+        node = loop.iter
+        while isinstance(node, cst.Call) and self.ctx.qualnames(node.func) & set(PASS_THROUGH):
+            args = patterns.positional(node)
+            if not args:
+                break
+            node = args[0].value
+        return node
+
+    def is_device_loader(self, node: cst.BaseExpression) -> bool:
+        """Already delivers batches on the XLA device: ``pl.MpDeviceLoader(...)``, ``.per_device_loader(...)``,
+        or a name bound to one."""
+        if isinstance(node, cst.Call):
+            return bool(self.ctx.qualnames(node.func) & set(DEVICE_LOADERS)) or bool(
+                patterns.method_call(node, "per_device_loader"))
+        name = patterns.dotted_name(node)
+        return name is not None and name in self.ctx.facts.device_loaders
+
+    def is_data_loader(self, node: cst.BaseExpression) -> bool:
+        """A DataLoader: one the script builds, a name bound to one, or a name that says it is one (loaders
+        are often parameters: ``def train(model, device, train_loader)``)."""
+        if isinstance(node, cst.Call):
+            return bool(self.ctx.qualnames(node.func) & set(DATALOADERS))
+        name = patterns.dotted_name(node)
+        if name is None or name in self.ctx.facts.device_loaders:
+            return False
+        return name in self.ctx.facts.loaders or bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
