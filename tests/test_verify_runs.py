@@ -267,7 +267,7 @@ def test_a_signal_to_verify_ends_the_scripts_whole_group_and_removes_its_folder(
     env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(SRC)}
     proc = subprocess.Popen([sys.executable, str(driver), str(hang)], env=env, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: len(processes_with(token)) >= 2), "the script and its child never started"
+        assert wait_for(lambda: processes_with(f"{token}-grandchild")), "the script's child never started"
         assert list(temp.iterdir())  # verify's folder, while the script runs
         proc.send_signal(signum)
         stderr = proc.communicate(timeout=30)[1]

@@ -23,7 +23,7 @@ DEVICE_WORDS = ("cuda", "gpu", "device", "xla", "tpu", "cpu", "accel", "mps")  #
 
 _core = None  # the loader (its _write, _caller and skip folders), bound at start-up
 _state = {"seeded": {"torch": False, "python": False, "numpy": False}, "noted": set(), "optimizer_steps": {},
-          "optimizer_devices": {}, "flags_seen": False, "module_kinds": {}}
+          "optimizer_devices": {}, "flags_seen": False, "module_kinds": {}, "unseeded": set()}
 
 
 def bind(core) -> None:
@@ -124,7 +124,8 @@ def _wrap_draw(family: str, function):
     """A draw from Python's or NumPy's global generator: noted when that generator was never seeded."""
 
     def draw(*args, **kwargs):
-        if not _state["seeded"][family]:
+        if not _state["seeded"][family] and family not in _state["unseeded"]:
+            _state["unseeded"].add(family)  # the first such draw is enough (and the rest cost nothing)
             _note(f"unseeded {family}", _core._caller(), call=getattr(function, "__name__", "?"))
         return function(*args, **kwargs)
 
@@ -164,7 +165,8 @@ def patch_numpy_random(module) -> None:
 
 
 def _check_torch_seeded(what: str) -> None:
-    if not _state["seeded"]["torch"]:
+    if not _state["seeded"]["torch"] and "torch" not in _state["unseeded"]:
+        _state["unseeded"].add("torch")
         _note("unseeded torch", _core._caller(2), before=what)
 
 

@@ -43,13 +43,15 @@ def _inside(path: Path, root: Path) -> bool:
 
 def own_import_path(entries: list[str], cwd: str, own: Path, other: Path) -> list[str]:
     """``entries`` (PYTHONPATH, relative ones taken from ``cwd``) with those inside the other tree mapped into
-    ``own`` (the same place in it); where one tree holds the other, the nearer root decides."""
+    ``own`` (the same place in it, when it exists there); where one tree holds the other, the nearer root
+    decides."""
     result = []
     for entry in entries:
         path = Path(cwd, entry or ".").resolve()
         in_own, in_other = _inside(path, own), _inside(path, other)
         if in_other and not (in_own and len(own.parts) > len(other.parts)):
-            path = own / path.relative_to(other)
+            mapped = own / path.relative_to(other)
+            path = mapped if mapped.exists() else path  # a folder the other tree alone has stays importable
         result.append(str(path))
     return result
 
