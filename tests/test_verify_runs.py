@@ -155,11 +155,14 @@ def test_the_trees_of_a_mirror_and_its_source(tmp_path):
 
 def test_each_run_maps_the_others_tree_into_its_own(tmp_path):
     src, out = tmp_path / "proj", tmp_path / "proj" / "xla"  # a mirror inside its source folder
-    entries = [str(out / "lib"), str(src / "lib"), ".", "/opt/site"]
+    for folder in (src / "lib", out / "lib", src / "data"):
+        folder.mkdir(parents=True)
+    entries = [str(out / "lib"), str(src / "lib"), ".", "/opt/site", str(src / "data")]
     assert verify_paths.own_import_path(entries, str(src), src, out) == [
-        str(src / "lib"), str(src / "lib"), str(src), "/opt/site"]
+        str(src / "lib"), str(src / "lib"), str(src), "/opt/site", str(src / "data")]
+    # src/data has no twin in the mirror: the migrated run keeps it as it is
     assert verify_paths.own_import_path(entries, str(src), out, src) == [
-        str(out / "lib"), str(out / "lib"), str(out), "/opt/site"]
+        str(out / "lib"), str(out / "lib"), str(out), "/opt/site", str(src / "data")]
 
 
 def test_the_original_never_imports_the_migrated_files(tmp_path):
