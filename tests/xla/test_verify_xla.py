@@ -401,7 +401,7 @@ def test_an_interrupted_or_timed_out_verify_leaves_no_process_and_no_temporary_f
     env = {**os.environ, "TMPDIR": str(temp)}
     argv = [str(CLI), "verify", str(hang), "--python", str(python_for(CURRENT)), "--", f"{token}-script"]
     if how == "timeout":
-        argv[4:4] = ["--timeout", "15"]  # the script starts its child well within it, even on a busy machine
+        argv[3:3] = ["--timeout", "15"]  # the script starts its child well within it, even on a busy machine
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         if how != "timeout":
