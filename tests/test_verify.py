@@ -369,6 +369,13 @@ def test_the_loader_runs_a_sitecustomize_it_shadows(tmp_path):
     assert "chained yes True" in seen.process.stdout
 
 
+def test_the_package_exports_the_api_of_its_core():
+    import xla_migrate.verify as package
+
+    assert sorted(package.__all__) == sorted(v.__all__)
+    assert all(getattr(package, name) is getattr(v, name) for name in v.__all__)
+
+
 def test_the_loader_needs_only_the_standard_library():
     from xla_migrate.verify.run import LOADER_FILES
 
