@@ -1,11 +1,14 @@
-"""xla-migrate verify on real torch_xla (PJRT CPU), both environments: the known-good and known-bad scripts of
-fixtures/verify/ each get the right verdict, exit code and figures. Each runs once per environment through
-the real command line (`xla-migrate verify ... --python ENV --format json`); about 10 s each."""
+"""xla-migrate verify on real torch_xla (PJRT CPU): the known-good and known-bad scripts of fixtures/verify/ each
+get the right verdict, exit code and figures, through the real command line (`xla-migrate verify ... --python
+ENV --format json`); about 10 s each on a quiet machine. The first tests run on both environments; those after
+"Programs whose losses differ by design" (stochastic and mixed-precision pairs, work that never reaches the
+device, evaluation loops, tree runs, interrupts) on the current one (torch_xla 2.9)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from functools import lru_cache
@@ -30,11 +33,18 @@ def python_for(env: str) -> Path:
 
 @lru_cache(maxsize=None)
 def verify(env: str, name: str, *options: str) -> tuple[int, dict | str, str]:
-    """(exit code, the JSON report or the text report, stderr) of one run; cached for the session."""
+    """(exit code, the JSON report or the text report, stderr) of one run; cached for the session. Options
+    after "--" are the script's arguments."""
     python = python_for(env)
+    if "--" in options:
+        split = options.index("--")
+        options, script_args = options[:split], options[split:]
+    else:
+        script_args = ()
     argv = [str(CLI), "verify", str(FIXTURES / f"{name}.py"), "--python", str(python), "--timeout", "300", *options]
     if "--format" not in options:
         argv += ["--format", "json"]
+    argv += list(script_args)
     env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))}
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=xp.ROOT, env=env_vars, timeout=700)
     if "text" in options:
@@ -160,7 +170,8 @@ def test_migrate_verify_checks_what_it_wrote_against_the_input(env, tmp_path):
     lines = proc.stderr.splitlines()
     assert lines[-1].startswith("verdict: clean: "), lines[-1]
     assert f"{out}: torch_xla {xp.env_pins()[env].split('==')[-1]} on PJRT CPU ({python})" in lines
-    assert any("max |delta| 0 over 30 values (fp32 tolerance 0.001)" in line for line in lines)
+    assert any("vs the original on plain CPU torch (fp32): max |delta| 0 over 30 values (tolerance 0.001)" in line
+               for line in lines)
     assert "    30x at sgd_xla.py:" in "\n".join(lines) and "(in a step closure)" in "\n".join(lines)
 
 
@@ -184,3 +195,281 @@ def test_verify_uses_the_current_interpreter_and_keeps_xla_metrics_file_working(
     assert report["run"]["exit_status"] == 0 and report["verdict"]["status"] != "crash", report["verdict"]["line"]
     assert report["run"]["stopped_after_steps"] == 3 and report["steps"]["markers"] == 3
     assert metrics.read_text().count("[MetricsData; step=") == 3
+
+
+# Programs whose losses differ by design, and work that never reaches the device (torch_xla 2.9) ---------------
+
+CURRENT = "current"
+
+
+def against(name: str) -> tuple[str, str]:
+    return "--against", str(FIXTURES / f"{name}.py")
+
+
+def curve(report: dict) -> dict:
+    (only,) = report["losses"]["curves"]
+    return only
+
+
+def test_a_dropout_model_is_clean_by_its_curve_and_a_wrong_learning_rate_diverges():
+    code, report, _ = verify(CURRENT, "dropout_xla", *against("dropout_original"))
+    assert (code, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    losses = report["losses"]
+    assert losses["mode"] == "stochastic" and losses["ok"] is True
+    assert losses["max_delta"] > 1e-3  # step by step (the old check) it "diverged"
+    assert curve(report)["r2"] >= 0.9 and curve(report)["rel_l1"] <= 0.06, curve(report)
+    assert losses["random"][0].startswith("random ops on the XLA device (bernoulli x30): dropout in train mode "
+                                          f"(Dropout) at {line_of('dropout_xla', 'model(inputs)')}")
+    code, report, _ = verify(CURRENT, "dropout_wrong_lr", *against("dropout_original"))
+    assert (code, report["verdict"]["status"]) == (1, "divergence"), report["verdict"]["line"]
+    assert kinds(report) == {"losses"} and report["losses"]["mode"] == "stochastic"
+    assert curve(report)["r2"] < 0.8 and curve(report)["rel_l1"] > 0.1, curve(report)
+    assert "the loss curve differs from the original's (stochastic comparison over 30 values" in \
+        report["verdict"]["line"]
+
+
+def test_deterministic_switches_dropout_off_in_both_runs_for_the_strict_check():
+    code, report, _ = verify(CURRENT, "dropout_xla", *against("dropout_original"), "--deterministic")
+    assert (code, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    assert report["deterministic"] is True
+    losses = report["losses"]
+    assert losses["mode"] == "fp32" and losses["random"] == [] and losses["max_delta"] <= 1e-3
+    assert losses["compared"] == 30
+
+
+def test_a_random_augmentation_loop_is_clean_by_its_curve_and_a_skipped_step_diverges():
+    code, report, _ = verify(CURRENT, "augment_xla", *against("augment_original"))
+    assert (code, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    assert report["losses"]["mode"] == "stochastic" and report["losses"]["ok"] is True
+    assert report["losses"]["random"][0].startswith("random ops on the XLA device (normal_ x30, uniform_ x30)")
+    code, report, _ = verify(CURRENT, "augment_skipped_step", *against("augment_original"))
+    assert (code, report["verdict"]["status"]) == (1, "divergence"), report["verdict"]["line"]
+    assert curve(report)["r2"] < 0.8, curve(report)
+
+
+def test_a_bf16_run_is_compared_by_its_curve_with_a_bf16_tolerance():
+    code, report, _ = verify(CURRENT, "amp_xla", *against("amp_original"))
+    assert (code, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    assert report["losses"]["mode"] == "bf16" and report["losses"]["random"] == []
+    assert curve(report)["rel_l1"] <= 0.01
+    code, report, _ = verify(CURRENT, "amp_wrong_lr", *against("amp_original"))
+    assert (code, report["verdict"]["status"]) == (1, "divergence"), report["verdict"]["line"]
+    assert report["losses"]["mode"] == "bf16" and curve(report)["rel_l1"] > 0.03  # "decreasing" would pass
+
+
+def test_a_script_whose_model_stays_on_the_cpu_is_not_on_xla_naming_the_cuda_gate():
+    code, report, _ = verify(CURRENT, "cuda_gate_cpu")
+    assert (code, report["verdict"]["status"]) == (1, "not-on-xla"), report["verdict"]["line"]
+    assert report["executions"]["total"] == 0 and report["steps"]["markers"] == 12
+    placement = report["placement"]
+    assert placement["on_xla"] is False and placement["parameters"] == {"cpu": 161}
+    assert placement["likely_cause"].startswith("a CUDA gate that is False here: torch.cuda.is_available() at "
+                                                f"{line_of('cuda_gate_cpu', 'torch.cuda.is_available()')}")
+
+
+def test_a_device_flag_not_given_is_not_on_xla_and_against_args_compares_the_flagged_run():
+    code, report, _ = verify(CURRENT, "flag_device_xla", *against("flag_device_original"))
+    assert (code, report["verdict"]["status"]) == (1, "not-on-xla"), report["verdict"]["line"]
+    assert "likely cause: a device flag: --cuda is False here (parsed at " \
+        f"{line_of('flag_device_xla', 'parser.parse_args()')})" in report["verdict"]["line"]
+    code, report, _ = verify(CURRENT, "flag_device_xla", *against("flag_device_original"), "--against-args", "",
+                             "--", "--cuda")
+    assert (code, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    assert report["args"] == ["--cuda"] and report["against_args"] == []
+    assert report["placement"]["parameters"] == {"xla": 161} and report["losses"]["max_delta"] <= 1e-3
+
+
+def test_an_original_that_fails_keeps_the_xla_figures_and_says_how_to_give_it_its_arguments():
+    code, text, stderr = verify(CURRENT, "flag_device_xla", *against("flag_device_original"), "--format", "text",
+                                "--", "--cuda")
+    assert code == 2, stderr
+    lines = text.splitlines()
+    assert "  graph executions: 1 per step after warm-up (12 in all)" in lines
+    assert lines[-1].startswith("verdict: cannot run: the original does not run on plain CPU torch (")
+    assert lines[-1].endswith("; it ran with the script's arguments (--cuda): give it its own with --against-args")
+    assert stderr.splitlines()[-1] == "error: " + lines[-1][len("verdict: cannot run: "):]
+
+
+def test_an_evaluation_loop_first_reached_after_warmup_is_warmup_not_recompilation():
+    code, report, _ = verify(CURRENT, "eval_loop")
+    assert (code, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    compilations = report["compilations"]
+    assert compilations["after_warmup"] >= 4  # the validation and test graphs: more than the 3 allowed before
+    assert compilations["first_compiles_after_warmup"] == compilations["after_warmup"]
+    assert compilations["recompilations_after_warmup"] == 0
+    assert set(report["losses"]["values"]) and report["executions"]["per_step"] == 1.0
+
+
+PROJECT_MAIN = '''\
+import torch
+import torch.nn as nn
+from helper import make_model
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    x = torch.randn(192, 8)
+    y = x @ torch.randn(8, 1) / 3 + 0.1 * torch.randn(192, 1)
+    model = make_model().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for step in range(12):
+        inputs, targets = x[step * 16:(step + 1) * 16].to(device), y[step * 16:(step + 1) * 16].to(device)
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    for step, loss in enumerate(torch.stack(losses).cpu().tolist()):
+        print(f"step {step} loss {loss:.6f}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+PROJECT_HELPER = '''\
+import os
+
+import torch.nn as nn
+
+with open(os.environ["HELPER_LOG"], "a") as log:
+    log.write(__file__ + "\\n")
+
+
+def make_model():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+'''
+
+
+def test_verify_after_a_tree_run_checks_the_entry_in_the_mirror_each_run_importing_its_own_tree(tmp_path):
+    """The mirror's entry imports the mirror's sibling module; the original imports its own, even with
+    PYTHONPATH pointing into the mirror (as a project run sets it)."""
+    python = python_for(CURRENT)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "main.py").write_text(PROJECT_MAIN)
+    (tmp_path / "proj" / "helper.py").write_text(PROJECT_HELPER)
+    log = tmp_path / "helpers.log"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))},
+           "XLA_MIGRATE_PYTHON": str(python), "HELPER_LOG": str(log), "PYTHONPATH": str(tmp_path / "mirror")}
+    proc = subprocess.run([str(CLI), "proj", "--out", "mirror", "--target", "2.9", "--verify"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=700)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 0, proc.stderr
+    assert lines[-1].startswith("verdict: clean: 12 step markers, 1 graph execution per step"), lines[-1]
+    assert f"{tmp_path / 'mirror' / 'main.py'}: torch_xla 2.9.0 on PJRT CPU ({python})" in lines
+    assert any("max |delta|" in line and "over 12 values" in line for line in lines)
+    assert log.read_text().splitlines() == [str(tmp_path / "mirror" / "helper.py"),
+                                            str(tmp_path / "proj" / "helper.py")]
+
+
+# Interrupts and timeouts through the command line ------------------------------------------------------------
+
+HANG = """\
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "{token}-grandchild"])
+print("started", flush=True)
+time.sleep(120)
+"""
+
+
+def processes_with(token: str) -> list[str]:
+    """Live processes (not zombies) whose command line holds ``token`` (a /proc scan)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and token in command and stat[stat.rindex(")") + 2] != "Z":
+            found.append(f"{entry}: {command}")
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "timeout"])
+def test_an_interrupted_or_timed_out_verify_leaves_no_process_and_no_temporary_folder(tmp_path, how):
+    import signal
+    import time
+
+    token = f"xmv{how}{os.getpid()}{time.time_ns()}"
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    hang = tmp_path / "hang.py"
+    hang.write_text(HANG.format(token=token))
+    env = {**os.environ, "TMPDIR": str(temp)}
+    argv = [str(CLI), "verify", str(hang), "--python", str(python_for(CURRENT)), "--", f"{token}-script"]
+    if how == "timeout":
+        argv[3:3] = ["--timeout", "15"]  # the script starts its child well within it, even on a busy machine
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if how != "timeout":
+            deadline = time.monotonic() + 120
+            while not processes_with(f"{token}-grandchild") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert processes_with(f"{token}-grandchild"), "the script's child never started"
+            proc.send_signal(getattr(signal, how))
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how == "timeout":
+        assert proc.returncode == 1, stderr
+        assert re.fullmatch(r"verdict: crash: timed out after 1[56] s; ended 2 processes of its group",
+                            stdout.splitlines()[-1]), stdout
+        assert "    ended its process group: pid " in stdout and f"{token}-grandchild" in stdout
+    else:
+        signum = getattr(signal, how)
+        assert proc.returncode == 128 + signum, stderr
+        assert stderr.startswith(f"interrupted ({how}): ended the script's process group (pid ")
+        assert f"{token}-script" in stderr and f"{token}-grandchild" in stderr
+    assert processes_with(token) == []
+    assert list(temp.iterdir()) == []
+
+
+# The loader's hooks on plain torch (the original's run) ---------------------------------------------------------
+
+HOOKS = """\
+import argparse
+import torch
+import torch.nn as nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cpu")
+args = parser.parse_args()
+use_cuda = torch.cuda.is_available()
+model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 1))
+torch.manual_seed(0)
+x = torch.randn(4, 8)
+model.train()
+train_out = model(x)
+model.eval()
+print("dropout off", torch.equal(train_out, model(x)))
+print("functional off", torch.equal(nn.functional.dropout(x, 0.5, training=True), x))
+model.train()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = model(x).sum()
+loss.backward()
+optimizer.step()
+"""
+
+
+def test_the_loaders_hooks_on_plain_torch_record_the_choices_and_deterministic_switches_dropout_off(tmp_path):
+    from xla_migrate.verify import run as verify_run
+
+    script = tmp_path / "hooks.py"
+    script.write_text(HOOKS)
+    plain = verify_run.run_plain(str(python_for(CURRENT)), script, timeout=300, deterministic=True)
+    assert plain.returncode == 0, plain.stderr
+    assert "dropout off True" in plain.stdout and "functional off True" in plain.stdout
+    events = {e["event"] + (":" + e["kind"] if "kind" in e else ""): e for e in plain.events}
+    assert events["device-flags"]["flags"] == {"device": "cpu"}
+    assert events["cuda-gate"] == {"event": "cuda-gate", "call": "torch.cuda.is_available()", "result": False,
+                                   "where": f"{script}:8"}
+    assert events["random:unseeded torch"]["where"] == f"{script}:9"  # parameters drawn before the seed
+    assert events["autocast"]["dtype"] == "bfloat16" and events["autocast"]["enabled"] is True
+    assert events["optimizer"]["devices"] == {"cpu": 81} and events["optimizer"]["optimizer"] == "SGD"
+    normal = verify_run.run_plain(str(python_for(CURRENT)), script, timeout=300)
+    assert "dropout off False" in normal.stdout and "functional off False" in normal.stdout

@@ -74,9 +74,9 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             inputs = _without_excluded(inputs, ignorer)
             if inputs == []:
                 return _nothing_to_migrate()
-        checked = _verify_target(inputs, out, in_place, diff or check) if verify_output else None
         sources = _decision_sources(settings, target, distributed, data_parallel)
         root = None if no_project else _project_root(settings, inputs, project)
+        checked = _verify_target(inputs, out, in_place, diff or check, root, ignorer) if verify_output else None
         if _is_single_file(inputs):
             if requirements:
                 raise UsageError("--requirements takes a tree run (a folder): it edits the project's requirements")
@@ -107,20 +107,53 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
     return code
 
 
-def _verify_target(inputs, out, in_place, dry) -> tuple[str, Optional[str]]:
-    """--verify: the script to check once written, and the original to compare it with (None in place)."""
-    if len(inputs) != 1 or inputs[0] == "-" or not _is_single_file(inputs) or dry or out == "-" or not (out or in_place):
-        raise UsageError("--verify checks one written script: pass one input FILE with --out FILE or --in-place")
-    return (inputs[0], None) if in_place else (out, inputs[0])
+def _verify_target(inputs, out, in_place, dry, root=None, ignorer=None) -> tuple:
+    """--verify: (the script to check once written, the original to compare it with (None in place), the two
+    trees of a mirror (None for one file), the project root). A tree run checks its project's one entry file
+    (a ``__main__`` block or a launcher): decided before anything is written."""
+    from ..verify.paths import Trees
+
+    usage = ("--verify checks one written script: pass one input FILE with --out FILE or --in-place, or one "
+             "project folder with --out DIR or --in-place")
+    if len(inputs) != 1 or inputs[0] == "-" or dry or out == "-" or not (out or in_place):
+        raise UsageError(usage)
+    if _is_single_file(inputs):
+        if not os.path.isfile(inputs[0]) or inputs[0].endswith(".ipynb"):
+            raise UsageError(usage)
+        project_root = root if root is not None and _single_file_index(inputs[0], root, ignorer) else None
+        return (inputs[0], None, None, project_root) if in_place else (out, inputs[0], None, project_root)
+    if not os.path.isdir(inputs[0]):
+        raise UsageError(usage)
+    from ..analysis.project import index_for
+
+    folder = os.path.abspath(inputs[0])
+    index = index_for(folder, ignorer)
+    entries = sorted(rel for rel, info in index.modules.items() if info.main_block or info.launcher)
+    if len(entries) != 1:
+        found = ", ".join(entries[:5]) + (" ..." if len(entries) > 5 else "") if entries else "none"
+        raise UsageError(f"--verify after a tree run checks the project's entry file (a __main__ block or a "
+                         f"launcher), and {inputs[0]} has {len(entries)} ({found}): migrate, then run "
+                         f"'xla-migrate verify MIRROR/ENTRY --against {inputs[0]}/ENTRY' for the one to check")
+    if in_place:
+        return os.path.join(folder, entries[0]), None, None, folder
+    mirror = os.path.abspath(out)
+    return (os.path.join(mirror, entries[0]), os.path.join(folder, entries[0]),
+            Trees(Path(mirror), Path(folder), explicit=True), None)
 
 
-def _verify_written(script: str, original: Optional[str]) -> int:
+def _verify_written(script: str, original: Optional[str], trees=None, project_root: Optional[str] = None) -> int:
     """xla-migrate verify on what was just written; its text report goes to stderr with the migration's (stdout
-    keeps its one thing: nothing, or the JSON report)."""
-    from ..verify.core import verify
-    from ..verify.cli import emit
+    keeps its one thing: nothing, or the JSON report). A mirror's entry runs with the mirror importable (its
+    original with the source tree); a script of a project, with the project's root importable."""
+    from ..verify.cli import emit, interrupted
+    from ..verify.core import Interrupted, stop_on_signals, verify
 
-    report = verify(script, against=original, python=os.environ.get("XLA_MIGRATE_PYTHON"), original_required=False)
+    try:
+        with stop_on_signals():
+            report = verify(script, against=original, python=os.environ.get("XLA_MIGRATE_PYTHON"),
+                            original_required=False, trees=trees, project_root=project_root)
+    except Interrupted as stop:
+        return interrupted(stop)
     emit(report, "text", stream=sys.stderr)
     return report.exit_code
 

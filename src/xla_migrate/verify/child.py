@@ -12,7 +12,14 @@ observes the run and writes what it sees as JSON lines to ``$XLA_MIGRATE_VERIFY_
   source lines that read XLA tensors to the host since the last marker;
 - what step closures (``xm.add_step_closure``) read, counted apart: those reads cost no extra graph run;
 - torch_xla deprecation warnings (unhidden, also those raised outside ``__main__``);
-- the same counters at exit.
+- the same counters at exit, with the random ops torch_xla lowered (``random_ops``: they draw from XLA's
+  generator, not CPU torch's);
+- through its second file (:mod:`xla_migrate.verify.child_hooks`, copied beside it as
+  ``xla_migrate_verify_hooks.py``): what else makes the run's random numbers differ (dropout in train mode,
+  unseeded generators), where the trained parameters live, mixed precision and what chose the device.
+
+The same loader runs in the original's process on plain torch (no torch_xla there): it records the
+randomness and the optimizers, and ``--deterministic`` switches dropout off there too.
 
 ``$XLA_MIGRATE_VERIFY_STEPS=N`` ends the run (exit status 0) when the script reaches its step marker N+1, so
 N steps have run and their step closures too. torch_xla 2.6.1 only: with ``XLA_METRICS_FILE`` set its metrics
@@ -35,6 +42,15 @@ _RECORD = os.environ.get("XLA_MIGRATE_VERIFY_RECORD")
 _STOP_AFTER = int(os.environ.get("XLA_MIGRATE_VERIFY_STEPS") or 0)
 _DEBUG_FILE = os.environ.get("PT_XLA_DEBUG_FILE")
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+# torch_xla counts every op it lowers (``xla::<op>``); these draw random numbers on the device, from XLA's own
+# generator, so the same seed gives other numbers than CPU torch.
+RANDOM_OPS = frozenset({
+    "bernoulli", "bernoulli_", "native_dropout", "normal", "normal_", "uniform_", "random_", "randperm",
+    "multinomial", "exponential_", "cauchy_", "geometric_", "log_normal_", "rrelu_with_noise", "randint",
+    "rand", "randn", "rand_like", "randn_like", "randint_like", "poisson", "binomial", "_standard_gamma",
+    "_sample_dirichlet"})
+
 
 _lock = threading.RLock()
 _local = threading.local()  # .reading: inside a read wrapper; .in_closure: inside step closures
@@ -65,12 +81,17 @@ def _counters() -> dict:
     # Graphs launched: each looks its executable up in the compilation cache, at once; ExecuteTime samples come
     # when an (asynchronous) execution ends, so at a step marker they may lag by one.
     launched = sum(int(met.counter_value(name) or 0) for name in ("CachedCompile", "UncachedCompile"))
+    random_ops = {}
+    for name in met.counter_names():
+        if name.startswith("xla::") and name[5:] in RANDOM_OPS:
+            random_ops[name[5:]] = int(met.counter_value(name) or 0)
     return {
         "compiles": _samples(met, "CompileTime"),
         "executions": max(launched, _samples(met, "ExecuteTime")),
         "transfers": _samples(met, "TransferFromDeviceTime"),
         "reads": fallbacks.pop("aten::_local_scalar_dense", 0),
         "fallbacks": fallbacks,
+        "random_ops": random_ops,
     }
 
 
@@ -244,7 +265,8 @@ def _patch_torch_xla(torch_xla) -> None:
     if "torch_xla" in _state["patched"]:
         return
     _state["patched"].add("torch_xla")
-    _state["skip_dirs"] += [_package_dir(torch), _package_dir(torch_xla), *_library_dirs()]
+    hooks.patch_torch(torch)
+    _state["skip_dirs"].append(_package_dir(torch_xla))
     module = sys.modules.get("torch_xla.torch_xla")  # where sync is defined (its own callers use that name)
     for owner in (torch_xla, module):
         if owner is not None and _marks_steps(getattr(owner, "sync", None)):
@@ -353,8 +375,15 @@ def _run_shadowed_sitecustomize() -> None:
 
 
 if _RECORD:
-    sys.meta_path.insert(0, PatchAfterImport({"torch_xla": _patch_torch_xla,
-                                              "torch_xla.core.xla_model": _patch_xla_model}))
+    import xla_migrate_verify_hooks as hooks  # the loader's second file, beside this one
+
+    hooks.bind(sys.modules[__name__])
+    sys.meta_path.insert(0, PatchAfterImport({"torch": hooks.patch_torch, "torch_xla": _patch_torch_xla,
+                                              "torch_xla.core.xla_model": _patch_xla_model,
+                                              "numpy.random": hooks.patch_numpy_random}))
+    _state["skip_dirs"] += _library_dirs()
+    hooks.patch_python_random()
+    hooks.patch_argparse()
     _watch_warnings()
     atexit.register(_at_exit)
 _run_shadowed_sitecustomize()
