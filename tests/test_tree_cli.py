@@ -401,10 +401,10 @@ def test_prefilter_skips_files_without_trigger_names(tmp_path):
 
 
 def test_prefilter_triggers_are_in_one_place():
-    from xla_migrate.cli import discovery
+    from xla_migrate.engine.triggers import mentions_a_trigger
 
-    assert discovery.mentions_a_trigger(b"x.cuda()") and discovery.mentions_a_trigger(b"from transformers import Trainer")
-    assert not discovery.mentions_a_trigger(b"import numpy as np\n")
+    assert mentions_a_trigger(b"x.cuda()") and mentions_a_trigger(b"from transformers import Trainer")
+    assert not mentions_a_trigger(b"import numpy as np\n")
 
 
 # --format and --report ---------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Finding a run's files: directories, globs, ``.gitignore`` and ``--exclude`` (ruff's model), what kind
-each file is, and the cheap pre-filter that skips a file before it is parsed. Also the project index of
+each file is, and which links and special files a walk does not follow or read. Also the project index of
 every Python file the walk finds under a root (the analysis takes the list; the walk and its excludes are
 the command line's)."""
 
@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..analysis.project import ProjectIndex
 
-# The decision "nothing to migrate" (engine/triggers.py) is migrate()'s own, here as everywhere.
-from ..engine.triggers import TRIGGER_RE, TRIGGERS, mentions_a_trigger  # noqa: E402,F401  (names kept for callers)
+# The decision "nothing to migrate" (engine/triggers.py) is migrate()'s own: a tree run reads every file.
 
 PYTHON_SUFFIXES = (".py",)
 NOTEBOOK_SUFFIXES = (".ipynb",)
