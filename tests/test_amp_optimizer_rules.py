@@ -102,6 +102,7 @@ def test_optimizer_step_leaves_schedulers_scalers_and_unknown_objects():
 
 
 def test_optimizer_parameter_name_counts_only_in_its_function():
-    source = "def f(opt):\n    opt.step()\n\n\ndef g():\n    opt = parse()\n    opt.step()\n"
+    # (The comment makes it a torch script: a file that never mentions torch is left as it is.)
+    source = "def f(opt):\n    opt.step()\n\n\ndef g():\n    opt = parse()\n    opt.step()  # torch\n"
     result = migrate(source, select=["XLA204"])
     assert [c.line for c in result.changes] == [2]

@@ -233,7 +233,9 @@ def _run_script(code: str, closures: list | None) -> str:
     return out.getvalue()
 
 
-LOOP = '''
+# A torch training loop in all but its imports (the tests run it without torch): the comment is what tells
+# xla-migrate there is something to migrate (a file that never mentions torch is left as it is).
+LOOP = '''# torch loop
 def mark_step(closures):
     while closures:
         fn, args = closures.pop(0)

@@ -146,14 +146,22 @@ def test_in_place_rewrites_only_what_changes(broken):
 
 
 def test_in_place_through_a_symlink_keeps_the_link(tmp_path):
-    real = tmp_path / "real.py"
-    real.write_text(CUDA_SCRIPT)
+    """A link to a file inside the folder is written through (the link stays); one that leaves the folder is
+    not followed at all (issue 34: in place changes nothing outside the folder named)."""
     folder = tmp_path / "d"
     folder.mkdir()
-    (folder / "link.py").symlink_to(real)
-    assert invoke("--in", str(folder), "--in-place").exit_code == 0
-    assert (folder / "link.py").is_symlink()
-    assert real.read_bytes() == migrated(CUDA_SCRIPT)
+    inside = folder / "real.py"
+    inside.write_text(CUDA_SCRIPT)
+    outside = tmp_path / "outside.py"
+    outside.write_text(CUDA_SCRIPT)
+    (folder / "link.py").symlink_to(inside)
+    (folder / "out_link.py").symlink_to(outside)
+    result = invoke("--in", str(folder), "--in-place")
+    assert result.exit_code == 0
+    assert (folder / "link.py").is_symlink() and (folder / "out_link.py").is_symlink()
+    assert inside.read_bytes() == migrated(CUDA_SCRIPT)
+    assert outside.read_text() == CUDA_SCRIPT
+    assert f"warning: {folder / 'out_link.py'}: skipped: a link to outside the folder" in result.stderr
 
 
 # --diff and --check over trees -------------------------------------------------------------------------------
@@ -376,21 +384,27 @@ def test_parallel_diff_is_stable(tmp_path):
 def test_prefilter_skips_files_without_trigger_names(tmp_path):
     folder = tmp_path / "d"
     folder.mkdir()
-    # Broken, but mentions nothing that could need migrating: not parsed, so not reported.
-    (folder / "notes.py").write_bytes(b"def f(:\n")
+    (folder / "numpy_only.py").write_text("import os\nrank = int(os.environ['RANK'])\nfor i in range(3):\n"
+                                          "    opt.step()\n")
     (folder / "t.py").write_text(CUDA_SCRIPT)
     result = invoke("--in", str(folder), "--out", str(tmp_path / "o"))
     assert result.exit_code == 0, result.stderr
-    assert (tmp_path / "o" / "notes.py").read_bytes() == b"def f(:\n"  # still copied by a mirror
-    (folder / "notes.py").write_bytes(b"import torch\ndef f(:\n")
-    assert invoke("--in", str(folder), "--check").exit_code == 2
+    # Nothing to migrate: copied as it is (not rewritten), as migrate() and a single-file run leave it.
+    assert (tmp_path / "o" / "numpy_only.py").read_bytes() == (folder / "numpy_only.py").read_bytes()
+    # Broken, even without a trigger name: refused as a script that needs migrating is (issue 37: the same
+    # answer for the same file), and still copied by the mirror.
+    (folder / "notes.py").write_bytes(b"def f(:\n")
+    result = invoke("--in", str(folder), "--out", str(tmp_path / "o2"))
+    assert result.exit_code == 2
+    assert f"error: {folder / 'notes.py'}:1:7: cannot parse: invalid syntax" in result.stderr
+    assert (tmp_path / "o2" / "notes.py").read_bytes() == b"def f(:\n"
 
 
 def test_prefilter_triggers_are_in_one_place():
-    from xla_migrate.cli import discovery
+    from xla_migrate.engine.triggers import mentions_a_trigger
 
-    assert discovery.mentions_a_trigger(b"x.cuda()") and discovery.mentions_a_trigger(b"from transformers import Trainer")
-    assert not discovery.mentions_a_trigger(b"import numpy as np\n")
+    assert mentions_a_trigger(b"x.cuda()") and mentions_a_trigger(b"from transformers import Trainer")
+    assert not mentions_a_trigger(b"import numpy as np\n")
 
 
 # --format and --report ---------------------------------------------------------------------------------------

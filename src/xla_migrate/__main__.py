@@ -12,6 +12,11 @@ import importlib
 import os
 import sys
 
+if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0] or os.curdir) == os.getcwd():
+    # ``python -m xla_migrate`` puts the current folder first on sys.path, where a csv.py or json.py of the
+    # user's would be imported instead of the standard library's. The console script does not; nor does this.
+    del sys.path[0]
+
 # name -> "module:typer app"; each app gets the arguments after its name.
 SUBCOMMANDS = {
     "rule": "xla_migrate.cli.typer_app:rule_app",
@@ -46,6 +51,7 @@ def console() -> None:
     if os.environ.get("XLA_MIGRATE_DEBUG") or (args and args[0] in SUBCOMMANDS):
         main()
         return
+    _interrupt_quietly_until_the_command_runs()
     try:
         main()
         code = 0
@@ -60,6 +66,24 @@ def console() -> None:
         except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
             code = code or 1
     os._exit(code or 0)
+
+
+def _interrupt_quietly_until_the_command_runs() -> None:
+    """Ctrl-C while the command starts (imports, parsing the arguments): one line, exit 130, no traceback.
+    The command itself (cli.migrate_command) puts Python's handler back and reports an interruption its
+    own way (what was written, what was not)."""
+    import signal
+
+    def interrupted(signum, frame) -> None:
+        os.write(2, b"interrupted\n")
+        os._exit(130)
+
+    interrupted.xla_migrate_start_up = True  # what cli.migrate_command replaces
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when the shell ignores it
+            signal.signal(signal.SIGINT, interrupted)
+    except ValueError:  # not the main thread
+        pass
 
 
 if __name__ == "__main__":

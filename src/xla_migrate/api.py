@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .engine import pipeline as engine, registry
+from .engine import input_checks, pipeline as engine, registry
 from .syntax import layout
 from .report.diff import DiffStats, diff_stats, unified_diff
 from .engine.records import Change, Finding, InputError
+from .engine.triggers import mentions_a_trigger
 from .engine.targets import (DEFAULT_TARGET, Version, data_parallel_problem, describe_releases, get_target, parse_version,
                       release_fits, runs_on)
 
@@ -153,6 +154,15 @@ def migrate(
     ``project``: a ``project.ProjectIndex`` the script belongs to (``path`` names the file in it): the
     script is then migrated as part of that program (helpers in other modules, entry files, one distributed
     decision for the modules that import each other; docs/guide.md, Projects). None: migrated alone."""
+    return _migrate(source, target, select, ignore, path, out_path, distributed, data_parallel, project)
+
+
+@engine.cyclic_gc_paused
+def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ignore=None, path: str = "script.py",
+             out_path: str | None = None, distributed: bool | None = None, data_parallel: str | None = None,
+             project=None, cells_compiled: bool = False) -> MigrationResult:
+    """``migrate``; ``cells_compiled``: the source is a notebook's cells joined, each of which CPython
+    compiled already as IPython compiles it (alone, top-level ``await`` allowed)."""
     select = registry.as_selectors(select, "select")
     ignore = registry.as_selectors(ignore, "ignore")
     if isinstance(source, str):
@@ -174,6 +184,20 @@ def migrate(
     problem = data_parallel_problem(target_spec, form)
     if problem is not None:
         result.error = InputError(problem)
+        return result
+    text, problem = _checked_text(source, to_parse, path, cells_compiled)
+    if isinstance(source, bytes) and text is not None:
+        result.source = result.code = text
+    if problem is not None:
+        result.error = problem
+        return result
+    if not mentions_a_trigger(text):  # nothing to migrate: the same decision as a tree run's (triggers.py)
+        if isinstance(source, str):
+            result.encoding = _encoding_for_text(source)
+            result.output_bytes = source.encode(result.encoding)
+        else:
+            result.source = result.code = text
+            result.encoding = engine.source_encoding(source)
         return result
     module = engine.parse(to_parse)
     if isinstance(module, InputError):
@@ -214,6 +238,26 @@ def migrate(
     return result
 
 
+def _checked_text(source: str | bytes, to_parse: str | bytes, path: str,
+                  cells_compiled: bool) -> tuple[str | None, InputError | None]:
+    """(the source's text where it has one, why it is refused before any parse or None): too large, not
+    text, or not Python by CPython's own compile() (input_checks.py)."""
+    if isinstance(source, str):
+        problem = input_checks.text_error(source) or input_checks.size_error(source)
+        if problem is not None:
+            return None, problem
+        text = to_parse
+    else:
+        if len(source) > input_checks.MAX_INPUT_BYTES:
+            return None, InputError(input_checks.size_message(len(source)))
+        text = engine.check_input(source)
+        if isinstance(text, InputError):
+            return None, text
+    if "\0" in text:
+        return text, InputError("contains NUL characters, not Python source")
+    return text, None if cells_compiled else input_checks.compile_error(text, path)
+
+
 def _encoding_for_text(text: str) -> str:
     """The encoding ``output_bytes`` uses for a str: its coding cookie's where that can hold every character
     (a str declaring ``ascii`` may hold any), else UTF-8."""
@@ -227,13 +271,23 @@ def _encoding_for_text(text: str) -> str:
 
 
 def migrate_file(path: str | os.PathLike, out: str | os.PathLike | None = None, **options) -> MigrationResult:
-    """Migrate a file; write the output to ``out`` (atomically) when given. Read errors become ``error``."""
+    """Migrate a file; write the output to ``out`` (atomically) when given. Read errors, and an ``out`` that
+    is the input file itself (through links too), become ``error``."""
     source_path = Path(path)
+    if out is not None:
+        from .report.guards import Clash, Role, check
+
+        try:  # never over the input (through a link or a hard link)
+            check([Role("the input file", str(path), True), Role("out", str(out))])
+        except Clash as clash:
+            return MigrationResult(source="", code="", target=options.get("target", DEFAULT_TARGET),
+                                   path=str(path), error=InputError(str(clash)))
     try:
-        data = source_path.read_bytes()
-    except OSError as error:
+        data = input_checks.read_bounded(source_path)
+    except (OSError, input_checks.TooLarge) as error:
+        message = str(error) if isinstance(error, input_checks.TooLarge) else f"cannot read: {error.strerror or error}"
         return MigrationResult(source="", code="", target=options.get("target", DEFAULT_TARGET), path=str(path),
-                               error=InputError(f"cannot read: {error.strerror or error}"))
+                               error=InputError(message))
     result = migrate(data, path=str(path), out_path=str(out) if out is not None else None, **options)
     if out is not None and result.ok:
         from .report.files import write_atomically

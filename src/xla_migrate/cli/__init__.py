@@ -45,6 +45,9 @@ def _run_fast(arguments: dict) -> int:
         print("Aborted!", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        from .output import _err
+
+        _err("interrupted", "red")
         return EXIT_INTERRUPTED
     except OSError as error:
         if error.errno != errno.EPIPE:

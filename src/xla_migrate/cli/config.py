@@ -52,15 +52,38 @@ def _load_toml(path: Path) -> dict:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
+    from ..engine.input_checks import TooLarge, read_bounded
+
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        return tomllib.loads(read_bounded(path).decode("utf-8"))
+    except TooLarge:
+        raise ConfigError(f"{path}: cannot read: too large for a configuration file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a pyproject.toml file") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+        raise ConfigError(f"{path}: not valid TOML: {_one_line(error)}") from None
+    except RecursionError:  # tomllib recurses per level of nested arrays and tables
+        raise ConfigError(f"{path}: not valid TOML for xla-migrate: nested too deeply") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 (byte 0x{error.object[error.start]:02x})") from None
+    except (ValueError, MemoryError) as error:  # whatever else the parser refuses: still one line
+        raise ConfigError(f"{path}: not valid TOML: {_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _tool_table(path: Path, data: dict):
+    """``[tool.xla-migrate]`` of a parsed file, or None; a ``tool`` that is not a table is an error."""
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: tool must be a table ([tool.xla-migrate])")
+    return tool.get("xla-migrate")
 
 
 def _has_section(path: Path) -> bool:
@@ -71,7 +94,7 @@ def _has_section(path: Path) -> bool:
     if b"xla-migrate" not in data:  # cheap: most pyproject.toml files on the way up are not ours
         return False
     try:
-        return "xla-migrate" in _load_toml(path).get("tool", {})
+        return _tool_table(path, _load_toml(path)) is not None
     except ConfigError:
         return True  # ours, but broken: load_config says why
 
@@ -100,7 +123,7 @@ def _codes(path: Path, key: str, value) -> list[str]:
 
 
 def load_config(path: Path) -> Settings:
-    table = _load_toml(path).get("tool", {}).get("xla-migrate")
+    table = _tool_table(path, _load_toml(path))
     settings = Settings(config_path=path, config_dir=Path(os.path.abspath(path)).parent)
     if table is None:
         return settings

@@ -1,5 +1,5 @@
 """Finding a run's files: directories, globs, ``.gitignore`` and ``--exclude`` (ruff's model), what kind
-each file is, and the cheap pre-filter that skips a file before it is parsed. Also the project index of
+each file is, and which links and special files a walk does not follow or read. Also the project index of
 every Python file the walk finds under a root (the analysis takes the list; the walk and its excludes are
 the command line's)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -15,19 +16,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..analysis.project import ProjectIndex
 
-# A file that mentions none of these is not parsed at all: nothing in it can need migrating. The one place
-# the list lives; keep it a superset of what any rule looks for.
-TRIGGERS = ("cuda", "torch", "Trainer", "nccl", "accelerate", "autocast", "GradScaler", "apex")
-TRIGGER_RE = re.compile("|".join(re.escape(t) for t in TRIGGERS).encode())
+# The decision "nothing to migrate" (engine/triggers.py) is migrate()'s own: a tree run reads every file.
 
 PYTHON_SUFFIXES = (".py",)
 NOTEBOOK_SUFFIXES = (".ipynb",)
 GLOB_CHARS = re.compile(r"[*?\[]")
 ALWAYS_SKIPPED_DIRS = {".git", ".hg", ".svn"}
-
-
-def mentions_a_trigger(data: bytes) -> bool:
-    return TRIGGER_RE.search(data) is not None
 
 
 def kind_of(path: str) -> str:
@@ -130,11 +124,16 @@ class Found:
     path: str  # as the user will see it: the input joined with the path below it
     rel: str | None  # below the walked folder (for a mirror), None for a file named on the command line
     explicit: bool  # named on the command line (migrated whatever its suffix)
+    root: str | None = None  # the folder walked to find it (None: named on the command line)
 
 
-def walk(root: str, ignorer: Ignorer, skip: set[str] = frozenset(), pattern=None) -> list[Found]:
-    """Every file below ``root`` not ignored; symlinked folders followed once each (no loops)."""
+def walk(root: str, ignorer: Ignorer, skip: set[str] = frozenset(), pattern=None,
+         skipped: list[str] | None = None) -> list[Found]:
+    """Every file below ``root`` not ignored; symlinked folders followed once each (no loops). As ruff and
+    black do, a link whose target lies outside ``root`` is not followed, nor is anything read that is not
+    a regular file (a FIFO would block the run): each is named in ``skipped``, one line each."""
     root_abs = Path(os.path.abspath(root))
+    inside = _Inside(root)
     seen: set[tuple[int, int]] = set()
     found: list[Found] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
@@ -155,17 +154,57 @@ def walk(root: str, ignorer: Ignorer, skip: set[str] = frozenset(), pattern=None
                 continue
             if ignorer.excluded(child, root_abs, is_dir=True):
                 continue
+            if not inside.follows(child, os.path.join(dirpath, name), skipped):
+                continue
             keep.append(name)
         dirnames[:] = keep
         for name in filenames:
             child = here / name
             if ignorer.excluded(child, root_abs, is_dir=False):
                 continue
+            if not inside.follows(child, os.path.join(dirpath, name), skipped):
+                continue
             rel = child.relative_to(root_abs).as_posix()
             if pattern is not None and not pattern.match_file(rel):
                 continue
-            found.append(Found(os.path.join(root, rel) if root not in (".", "./") else rel, rel, False))
+            found.append(Found(os.path.join(root, rel) if root not in (".", "./") else rel, rel, False, root))
     return found
+
+
+class _Inside:
+    """Whether a walk may go through a path: links only to targets inside the walked folder, files only
+    when they are regular files (os.walk lists FIFOs, sockets and devices as files)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+
+    def contains(self, real: str) -> bool:
+        return real == self.root or real.startswith(self.root.rstrip(os.sep) + os.sep)
+
+    def follows(self, child: Path, shown: str, skipped: list[str] | None) -> bool:
+        reason = None
+        if os.path.islink(child):
+            real = os.path.realpath(child)
+            if not os.path.exists(real):
+                reason = "a broken link"
+            elif not self.contains(real):
+                reason = "a link to outside the folder"
+        if reason is None:
+            try:
+                mode = os.stat(child).st_mode
+            except OSError as error:
+                reason = f"cannot read: {error.strerror or error}"
+            else:
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    reason = "not a regular file"
+        if reason is not None and skipped is not None:
+            skipped.append(f"{shown}: skipped: {reason}")
+        return reason is None
+
+
+def inside_folders(path: str, folders: list[str]) -> bool:
+    """Whether ``path``, resolved through every link, lies in one of ``folders`` (resolved too)."""
+    return any(_Inside(folder).contains(os.path.realpath(path)) for folder in folders)
 
 
 def force_excluded(path: str, ignorer: Ignorer) -> bool:
@@ -176,22 +215,24 @@ def force_excluded(path: str, ignorer: Ignorer) -> bool:
     return ignorer.excluded_by_pattern(Path(os.path.abspath(path)), Path(os.getcwd()), is_dir=os.path.isdir(path))
 
 
-def discover(specs: list[str], ignorer: Ignorer, skip: set[str] = frozenset()) -> list[Found]:
-    """Expand the paths: files as they are, folders walked, globs matched (``**`` for any depth)."""
+def discover(specs: list[str], ignorer: Ignorer, skip: set[str] = frozenset(),
+             skipped: list[str] | None = None) -> list[Found]:
+    """Expand the paths: files as they are, folders walked, globs matched (``**`` for any depth). A file
+    named on the command line is taken whatever it is and wherever a link leads (the user named it)."""
     found: list[Found] = []
     for spec in specs:
         if os.path.isdir(spec):
-            found += walk(spec, ignorer, skip)
+            found += walk(spec, ignorer, skip, skipped=skipped)
         elif os.path.lexists(spec):
             found.append(Found(spec, None, True))  # named: migrated even if excluded (see force_excluded)
         elif GLOB_CHARS.search(spec):
-            found += _glob(spec, ignorer, skip)
+            found += _glob(spec, ignorer, skip, skipped)
         else:
             raise DiscoveryError(f"{spec}: no such file or directory")
     return found
 
 
-def _glob(spec: str, ignorer: Ignorer, skip: set[str]) -> list[Found]:
+def _glob(spec: str, ignorer: Ignorer, skip: set[str], skipped: list[str] | None = None) -> list[Found]:
     from pathspec import GitIgnoreSpec
 
     parts = spec.split("/")
@@ -201,7 +242,7 @@ def _glob(spec: str, ignorer: Ignorer, skip: set[str]) -> list[Found]:
     if not os.path.isdir(base):
         raise DiscoveryError(f"{spec}: no files match")
     pattern = GitIgnoreSpec.from_lines(["/" + rest])
-    matches = [Found(f.path, None, True) for f in walk(base, ignorer, skip, pattern)]
+    matches = [Found(f.path, None, True, base) for f in walk(base, ignorer, skip, pattern, skipped)]
     if not matches:
         raise DiscoveryError(f"{spec}: no files match")
     return matches
@@ -211,5 +252,16 @@ def index_for(root: str, ignorer: Ignorer) -> ProjectIndex:
     """Index every Python file the tree walk finds under ``root`` (the same excludes and .gitignore)."""
     from ..analysis.project import build_index
 
+    from ..engine.input_checks import MAX_INPUT_BYTES
+
     found = walk(root, ignorer)
-    return build_index(root, [os.path.join(root, f.rel) for f in found if f.rel and f.rel.endswith(".py")])
+    paths = [os.path.join(root, f.rel) for f in found if f.rel and f.rel.endswith(".py")]
+    # A file too large to migrate is not indexed either (its ast alone would be gigabytes).
+    return build_index(root, [path for path in paths if _size(path) <= MAX_INPUT_BYTES])
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

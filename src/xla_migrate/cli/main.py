@@ -23,13 +23,15 @@ from .output import (_OUTPUT, _diff_bytes, _err, _list_rules, _machine_report, _
 
 
 def _read_input(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
+    from ..engine.input_checks import TooLarge, read_bounded
+
     source = Path(path)
-    if source.is_dir():
+    if path != "-" and source.is_dir():
         raise UsageError(f"{path}: is a directory, expected a Python file")
     try:
-        return source.read_bytes()
+        return read_bounded(source, sys.stdin.buffer if path == "-" else None)
+    except TooLarge as error:
+        raise UsageError(f"{'stdin' if path == '-' else path}: {error}") from None
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except OSError as error:
@@ -42,6 +44,7 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
                     statistics, list_rules, version, quiet, verbose) -> int:
     """The main command on its parsed arguments (from typer, or from the fast path for a plain run, which
     gives the same ones); returns the exit code."""
+    _interrupts_raise()
     if version:
         print(f"xla-migrate {__version__}")
         return EXIT_OK
@@ -65,6 +68,7 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             raise UsageError(f"--project {project}: not a folder")
         inputs = [*(in_path or []), *(paths or [])]
         settings = _settings(inputs, config, target, select, ignore, exclude, extend_exclude)
+        _OUTPUT["config"] = settings.config_path
         if distributed is not None:
             settings.distributed = distributed
         if data_parallel is not None:
@@ -98,13 +102,38 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
     except KeyboardInterrupt:  # one script: its output is written atomically, or not at all
         _err("interrupted", "red")
         code = EXIT_INTERRUPTED
-    except Exception as error:  # a bug in xla-migrate: one line, and the traceback on request
-        if os.environ.get("XLA_MIGRATE_DEBUG"):
-            raise
-        _err(f"error: internal error in xla-migrate ({type(error).__name__}: {error}); "
-             "set XLA_MIGRATE_DEBUG=1 for the traceback and please report it", "red")
+    except MemoryError:
+        _err("error: out of memory (nothing more written); see the size limits in docs/guide.md", "red")
+        code = EXIT_ERROR
+    except Exception as error:  # noqa: BLE001 - the guards' refusals, else a bug in xla-migrate
+        from ..report.guards import Clash
+
+        if not isinstance(error, Clash):
+            return _internal_error(error)
+        _err(f"error: {error}", "red")
         code = EXIT_ERROR
     return code
+
+
+def _internal_error(error: Exception) -> int:
+    """A bug in xla-migrate: one line, and the traceback on request."""
+    if os.environ.get("XLA_MIGRATE_DEBUG"):
+        raise error
+    _err(f"error: internal error in xla-migrate ({type(error).__name__}: {error}); "
+         "set XLA_MIGRATE_DEBUG=1 for the traceback and please report it", "red")
+    return EXIT_ERROR
+
+
+def _interrupts_raise() -> None:
+    """From here Ctrl-C raises KeyboardInterrupt, which the command reports (``__main__`` ends the process
+    with the same line and status while it starts)."""
+    import signal
+
+    try:
+        if getattr(signal.getsignal(signal.SIGINT), "xla_migrate_start_up", False):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread
+        pass
 
 
 def _verify_target(inputs, out, in_place, dry, root=None, ignorer=None) -> tuple:
@@ -185,6 +214,9 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
         raise UsageError("missing PATH: the script, notebook or folder to migrate (see --help)")
     _validate_rules(target, select, ignore, data_parallel)
     destination = _check_paths(in_path, out, in_place, diff, check, diff_file)
+    from ..report.guards import check_single_outputs
+
+    check_single_outputs(in_path, destination, in_place, diff_file, _OUTPUT["report"], _OUTPUT["config"])
     data = _read_input(in_path)
     label_in = "stdin" if in_path == "-" else in_path
     named_out = out if out not in (None, "-") else None
@@ -209,7 +241,8 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
         sys.stdout.buffer.write(result.output_bytes)
         sys.stdout.flush()
     elif destination is not None and (result.changed or not in_place):
-        _write(Path(destination), result.output_bytes, mode_from=None if in_path == "-" else Path(in_path))
+        _write(Path(destination), result.output_bytes, mode_from=None if in_path == "-" else Path(in_path),
+               original=data if in_place else None)
     _report(result, f"{label_in} -> {label_out}" if destination not in (None, "-", in_path) else label_in,
             verbose)
     return EXIT_CHANGES if check and result.changed else EXIT_OK
@@ -249,12 +282,20 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
             raise UsageError(f"--out {out}: is a directory, expected a file path")
         if _same_file(inputs[0], out):
             raise UsageError(f"--out {out} is the input file; pass --in-place to rewrite it")
+    skipped: list[str] = []
     try:
-        found = discovery.discover(inputs, ignorer, {os.path.realpath(out)} if mirror else set())
+        found = discovery.discover(inputs, ignorer, {os.path.realpath(out)} if mirror else set(), skipped)
     except discovery.DiscoveryError as error:
         raise UsageError(str(error)) from None
     tasks = _tasks(found, out, mirror, in_place)
     dry = diff or check
+    from ..report.guards import check_tree_outputs
+
+    check_tree_outputs(tasks, mirror, not dry, diff_file, _OUTPUT["report"], settings.config_path,
+                       root if requirements else None, in_place)
+    if _OUTPUT["quiet"] < 2:
+        for line in skipped:
+            _err(f"warning: {line}", "yellow")
     index, index_seconds = None, None
     if root is not None:
         import time
@@ -269,7 +310,7 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
                            write=not dry,
                            copy_others=not only_changed,
                            want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json",
-                           project=index)
+                           project=index, mirror_root=os.path.realpath(out) if mirror else None)
     try:
         with _progress(len(tasks), _OUTPUT["quiet"]) as progress:
             outcomes = workers.run_all(tasks, options, jobs or os.cpu_count() or 1, progress)
@@ -342,7 +383,7 @@ def _tasks(found, out, mirror: bool, in_place: bool):
         if item.explicit and kind == "other":
             kind = "python"  # a script named on the command line, whatever its name
         if mirror:
-            tasks.append(Task(item.path, kind, os.path.join(out, item.rel)))
+            tasks.append(Task(item.path, kind, os.path.join(out, item.rel), within=item.root))
             continue
         if kind == "other":
             continue
@@ -350,5 +391,5 @@ def _tasks(found, out, mirror: bool, in_place: bool):
         if real in seen:  # the same file twice (a symlink, or named twice): once is enough
             continue
         seen.add(real)
-        tasks.append(Task(item.path, kind, out if out is not None else None, in_place=in_place))
+        tasks.append(Task(item.path, kind, out if out is not None else None, in_place=in_place, within=item.root))
     return tasks

@@ -2,7 +2,8 @@
 migrated as one script, so that what one cell defines is known in the next, and the result is split back
 into its cells; outputs, metadata and the other cells stay as they are. Imports the output needs go into
 the first code cell. IPython lines (``%magic``, ``!shell``, ``x = !cmd``, ``obj?``) are masked with a
-placeholder statement before parsing and put back after. A cell run by a cell magic (``%%bash``...) is left
+placeholder statement before parsing and put back after; the placeholder and the marker between cells are
+spelled so that no line of the notebook can be taken for one (``_Markers``). A cell run by a cell magic (``%%bash``...) is left
 out, except ``%%time``, ``%%timeit`` and ``%%capture``, whose body is Python. A code cell that still is not
 Python (shell lines without ``!``, another language, a syntax error) is left out too, as it is, with a finding
 (``XLA001``) that names it; the other cells migrate."""
@@ -18,49 +19,65 @@ from dataclasses import replace
 from ..report.diff import unified_diff
 from ..engine.records import Finding
 from ..syntax.patterns import IPYTHON_PLACEHOLDER_COMMENT
-from .discovery import mentions_a_trigger
+from ..engine.triggers import mentions_a_trigger
 
 # `%magic`, `!cmd`, `x = !cmd`, `?obj`, `obj?` and wildcard help (`torch.*Tensor?`).
 IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]|\?+[\w.]|[\w.*]+\?+\s*$)")
 CELL_LEFT_OUT = "XLA001"  # the code of the findings that report a code cell left out: it is not Python
-PLACEHOLDER = "pass  " + IPYTHON_PLACEHOLDER_COMMENT + "{}"
-PLACEHOLDER_RE = re.compile(r"^[ \t]*pass  " + re.escape(IPYTHON_PLACEHOLDER_COMMENT) + r"(\d+)$")
-# Between two cells of the joined program; a statement, not a comment, so that the imports the output needs
-# (added after the leading import block) stay in the first cell.
-CELL_MARKER = "pass  # xla-migrate:cell {}"
-CELL_MARKER_RE = re.compile(r"^pass  # xla-migrate:cell (\d+)$")
+CELL_MARKER_COMMENT = "# xla-migrate:cell"
 PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture")
 
 
-def mask(source: str) -> tuple[str, list[str]]:
+class _Markers:
+    """The placeholder of a masked IPython line and the marker statement between two cells of the joined
+    program (a statement, not a comment, so that the imports the output needs, added after the leading
+    import block, stay in the first cell). A tag goes into both until neither spelling occurs anywhere in
+    the notebook's cells, so a line of the user's can never be taken for one."""
+
+    def __init__(self, sources: list[str]) -> None:
+        tag, number = "", 0
+        while any(IPYTHON_PLACEHOLDER_COMMENT + tag in source or CELL_MARKER_COMMENT + tag in source
+                  for source in sources):
+            number += 1
+            tag = f"{number}-"
+        self.placeholder = "pass  " + IPYTHON_PLACEHOLDER_COMMENT + tag + "{}"
+        self.placeholder_re = re.compile(r"^[ \t]*pass  " + re.escape(IPYTHON_PLACEHOLDER_COMMENT + tag) + r"(\d+)$")
+        self.cell = "pass  " + CELL_MARKER_COMMENT + tag + " {}"
+        self.cell_re = re.compile(r"^pass  " + re.escape(CELL_MARKER_COMMENT + tag) + r" (\d+)$")
+
+
+_PLAIN = _Markers([])  # the spelling for a notebook without a line that looks like one
+
+
+def mask(source: str, markers: _Markers = _PLAIN) -> tuple[str, list[str]]:
     saved: list[str] = []
     lines = source.split("\n")
     for index, line in enumerate(lines):
         match = IPYTHON_LINE.match(line)
         if match:
-            lines[index] = match.group("indent") + PLACEHOLDER.format(len(saved))
+            lines[index] = match.group("indent") + markers.placeholder.format(len(saved))
             saved.append(line)
     return "\n".join(lines), saved
 
 
-def unmask(code: str, saved: list[str]) -> str:
+def unmask(code: str, saved: list[str], markers: _Markers = _PLAIN) -> str:
     if not saved:
         return code
     lines = code.split("\n")
     for index, line in enumerate(lines):
-        match = PLACEHOLDER_RE.match(line)
+        match = markers.placeholder_re.match(line)
         if match and int(match.group(1)) < len(saved):
             lines[index] = saved[int(match.group(1))]
     return "\n".join(lines)
 
 
 def _syntax_error(masked: str) -> SyntaxError | None:
-    """Why a masked cell is not Python on its own (top-level ``await`` is, as IPython runs it); None if it is."""
+    """Why a masked cell is not Python on its own, by CPython's compile() as IPython compiles a cell
+    (top-level ``await`` allowed); None if it is."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compile(masked, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-                    dont_inherit=True)
+            compile(masked, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except SyntaxError as error:
         return error
     except (ValueError, RecursionError, MemoryError):  # a null byte, absurd nesting: the engine says why
@@ -74,16 +91,17 @@ def _is_python(nb) -> bool:
     return str(language).lower() == "python"
 
 
-def _has_python(masked: str) -> bool:
+def _has_python(masked: str, markers: _Markers = _PLAIN) -> bool:
     """Whether a masked cell has code beyond IPython lines and comments (a `!pip install` cell has none)."""
-    return any(line.strip() and not line.lstrip().startswith("#") and not PLACEHOLDER_RE.match(line)
+    return any(line.strip() and not line.lstrip().startswith("#") and not markers.placeholder_re.match(line)
                for line in masked.split("\n"))
 
 
 class _Program:
     """The joined program and the way back: which program line is which cell's line."""
 
-    def __init__(self) -> None:
+    def __init__(self, markers: _Markers = _PLAIN) -> None:
+        self.markers = markers
         self.lines: list[str] = []
         self.cells: list[int] = []  # cell numbers, in order
         self.starts: list[int] = []  # program line (1-based) of each cell's first line
@@ -92,7 +110,7 @@ class _Program:
 
     def add(self, number: int, masked: str, saved: list[str], trailing_newline: bool) -> None:
         if self.cells:
-            self.lines.append(CELL_MARKER.format(number))
+            self.lines.append(self.markers.cell.format(number))
         self.cells.append(number)
         self.starts.append(len(self.lines) + 1)
         self.lines += masked.split("\n")
@@ -119,7 +137,7 @@ class _Program:
         current = self.cells[0]
         following = next(expected, None)
         for line in lines:
-            match = CELL_MARKER_RE.match(line)
+            match = self.markers.cell_re.match(line)
             if match:
                 if following is None or int(match.group(1)) != following:
                     return None
@@ -129,7 +147,8 @@ class _Program:
             parts[current].append(line)
         if following is not None:
             return None
-        return {number: unmask("\n".join(body), self.saved[number]) + ("\n" if self.trailing_newline[number] else "")
+        return {number: unmask("\n".join(body), self.saved[number], self.markers)
+                + ("\n" if self.trailing_newline[number] else "")
                 for number, body in parts.items()}
 
 
@@ -137,7 +156,7 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
     """Migrate ``data`` (a .ipynb file); fill ``outcome``; return the new bytes (``data`` when unchanged)."""
     import nbformat
 
-    from ..api import migrate
+    from ..api import _migrate
 
     outcome.parsed = True
     try:
@@ -156,7 +175,10 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         return data
     if not _is_python(nb):
         return data
-    program = _Program()
+    code_cells = [cell.source if isinstance(cell.source, str) else "".join(cell.source)
+                  for cell in nb.cells if cell.cell_type == "code"]
+    markers = _Markers(code_cells)
+    program = _Program(markers)
     sources: dict[int, str] = {}
     left_out: list[tuple[str, Finding]] = []
     left_out_sources: list[str] = []
@@ -168,8 +190,8 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         if first and first[0].startswith("%%") and first[0] not in PYTHON_CELL_MAGICS:
             continue  # another language (%%bash, %%html...)
         body = source[:-1] if source.endswith("\n") else source
-        masked, saved = mask(body)
-        if not _has_python(masked):
+        masked, saved = mask(body, markers)
+        if not _has_python(masked, markers):
             continue  # nothing to analyse; and the first code cell, where imports go, is one with code
         error = _syntax_error(masked)
         if error is not None:
@@ -187,9 +209,9 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
     outcome.findings = list(left_out)
     if not program.cells:
         return data
-    result = migrate(program.text, target=options.target, select=options.select, ignore=options.ignore,
-                     path=task.path, distributed=options.distributed,
-                     data_parallel=options.data_parallel)
+    result = _migrate(program.text, target=options.target, select=options.select, ignore=options.ignore,
+                      path=task.path, distributed=options.distributed,
+                      data_parallel=options.data_parallel, cells_compiled=True)
     if result.error is not None:
         cell, line = program.place(result.error.line)
         outcome.input_error = replace(result.error, cell=cell, line=line)

@@ -10,6 +10,7 @@ interrupted (Ctrl-C: finished files are kept, the rest are listed).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -33,6 +34,11 @@ def _check_paths(in_path: str, out: Optional[str], in_place: bool, diff: bool, c
             raise UsageError("--in-place and --out cannot be used together")
         if in_path == "-":
             raise UsageError("--in-place needs a file, not stdin")
+        from ..report.guards import in_place_problem
+
+        problem = in_place_problem(in_path)
+        if problem is not None:
+            raise UsageError(problem)
         out = in_path
     if out is None and not (diff or check or diff_file):
         raise UsageError("nothing to do: pass --out PATH (or --out - for stdout), --in-place, --diff or --check")
@@ -86,7 +92,7 @@ def _ignorer(settings, use_gitignore: bool):
         # The user's patterns compile now, so that a bad one fails here whatever the run.
         try:
             ignorer.excludes
-        except ValueError:  # pathspec's pattern errors
+        except (ValueError, re.error):  # pathspec's pattern errors
             raise UsageError(_bad_exclude_pattern(settings)) from None
     return ignorer
 
@@ -102,7 +108,7 @@ def _bad_exclude_pattern(settings) -> str:
         for line in lines or ():
             try:
                 GitIgnoreSpec.from_lines([line])
-            except ValueError:
+            except (ValueError, re.error):
                 return f"{where}: {line!r} is not a valid gitignore pattern"
     return "an exclude pattern is not a valid gitignore pattern"
 

@@ -19,7 +19,8 @@ from .options import EXIT_INTERRUPTED, UsageError
 
 # How this run reports: --format, --report, -q (0: all, 1: no summary line, 2: errors only) and
 # --statistics (set once per command).
-_OUTPUT: dict = {"format": "text", "report": None, "quiet": 0, "statistics": False, "project": None}
+_OUTPUT: dict = {"format": "text", "report": None, "quiet": 0, "statistics": False, "project": None,
+                 "config": None}
 
 
 def _colour(stream) -> bool:
@@ -27,6 +28,9 @@ def _colour(stream) -> bool:
 
 
 def _err(line: str, style: str | None = None) -> None:
+    from ..report.guards import printable
+
+    line = printable(line)  # a file name's newline or terminal escape is shown, not obeyed
     if style and _colour(sys.stderr):
         codes = {"red": "31", "yellow": "33", "bold": "1"}
         line = f"\033[{codes[style]}m{line}\033[0m"
@@ -121,7 +125,7 @@ def _machine_report(results: list[MigrationResult]) -> bool:
         for result in results:
             for line in report.github_annotations(result):
                 if _OUTPUT["quiet"] < 2 or line.startswith("::error"):
-                    print(line, file=sys.stderr)
+                    _err(line)
     return False
 
 
@@ -307,8 +311,8 @@ def _report_interrupted(stop, dry: bool, verbose: bool) -> int:
     return EXIT_INTERRUPTED
 
 
-def _write(path: Path, data: bytes, mode_from: Optional[Path] = None) -> None:
+def _write(path: Path, data: bytes, mode_from: Optional[Path] = None, original: Optional[bytes] = None) -> None:
     try:
-        write_atomically(path, data, mode_from=mode_from)
+        write_atomically(path, data, mode_from=mode_from, original=original)
     except OSError as error:
         raise UsageError(f"{path}: cannot write: {error.strerror or error}") from None

@@ -1,7 +1,7 @@
-"""Migrating one file of a tree run (in a worker process, or in this one): read it, skip it when it
-mentions no trigger, migrate it (a script, or a notebook's code cells), write its output atomically, and
-say what happened (``Outcome``); and Ctrl-C's handling, so that every file is either completely written or
-untouched.
+"""Migrating one file of a tree run (in a worker process, or in this one): read it (bounded), migrate it
+(``migrate`` decides whether there is anything to migrate; a script, or a notebook's code cells), write its
+output atomically, never outside the folder named nor through a mirror's links, and say what happened
+(``Outcome``); and Ctrl-C's handling, so that every file is either completely written or untouched.
 
 Workers read, migrate and write their own files (nothing big travels between processes except the diff
 when one is asked for); the CLI prints what they report in sorted path order.
@@ -9,12 +9,13 @@ when one is asked for); the CLI prints what they report in sorted path order.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .discovery import mentions_a_trigger
+from .discovery import inside_folders
 
 # Migrating one file (in a worker) ----------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Options:
     want_diff: bool
     # The project index (project.ProjectIndex, plain data): every file is migrated as part of that program.
     project: object = None
+    mirror_root: str | None = None  # --out DIR: writes stay inside it and never go through a link
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Task:
     kind: str  # python, notebook, other
     out_path: str | None  # the mirror's file; None in place or for a dry run
     in_place: bool = False
+    within: str | None = None  # the folder it was found in: an in-place write must resolve inside it
 
 
 @dataclass
@@ -119,9 +122,20 @@ class _SigintHandled:
 
 def init_worker() -> None:
     """In a worker process: Ctrl-C (from the terminal, or passed on by the parent) stops it as it stops a
-    serial run."""
+    serial run. The KeyboardInterrupt the handler raises can land in a weakref callback or a ``__del__``,
+    where Python prints it as "Exception ignored" with a traceback: that one is dropped silently (the
+    request stays recorded, and ``_Migrating`` raises it again on leaving)."""
+    import sys
+
     _INTERRUPT.requested = _INTERRUPT.migrating = False
     signal.signal(signal.SIGINT, _on_sigint)
+    default_hook = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            default_hook(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def interrupt_requested() -> bool:
@@ -140,15 +154,22 @@ def process(task: Task, options: Options) -> Outcome:
 
 
 def _process(task: Task, options: Options) -> Outcome:
+    from ..engine.input_checks import TooLarge, read_bounded
+
     outcome = Outcome(task.path, task.kind, task.out_path, target=options.target)
+    if task.kind == "other":  # a mirror's copy, streamed: a data file is not held in memory
+        return _copy_other(task, options, outcome)
     with _Migrating():  # Ctrl-C abandons this part at once; the write below always completes
         try:
-            data = Path(task.path).read_bytes()
+            data = read_bounded(task.path)
         except OSError as error:
             outcome.error = f"{task.path}: cannot read: {error.strerror or error}"
             return outcome
+        except TooLarge as error:
+            outcome.error = f"{task.path}: {error}"
+            return outcome
         output = data
-        if task.kind == "python" and mentions_a_trigger(data):
+        if task.kind == "python":  # migrate() decides whether there is anything to migrate (triggers.py)
             output = _migrate_python(task, data, options, outcome)
         elif task.kind == "notebook":
             from .notebooks import migrate_notebook
@@ -158,27 +179,58 @@ def _process(task: Task, options: Options) -> Outcome:
         output = data  # a mirror keeps the file as it was; in place nothing is written
     outcome.changed = output != data
     if options.write:
-        try:
-            if task.in_place:
-                if outcome.changed:
-                    from ..report.files import write_atomically
-
-                    write_atomically(Path(os.path.realpath(task.path)), output)
-                    outcome.written = True
-            elif task.out_path is not None and (outcome.changed or options.copy_others):
-                _write_mirror(Path(task.out_path), output, Path(task.path))
-                outcome.written = True
-        except OSError as error:
-            where = task.path if task.in_place else task.out_path
-            outcome.error = f"{where}: cannot write: {error.strerror or error}"
+        _write_outcome(task, options, outcome, output, data)
     return outcome
 
 
-def _write_mirror(path: Path, data: bytes, source: Path) -> None:
+def _copy_other(task: Task, options: Options, outcome: Outcome) -> Outcome:
+    if options.write and options.copy_others and task.out_path is not None and options.mirror_root is not None:
+        try:
+            _write_mirror(Path(task.out_path), Path(task.path), Path(task.path), options.mirror_root)
+            outcome.written = True
+        except OSError as error:
+            outcome.error = f"{task.out_path}: cannot write: {error.strerror or error}"
+    return outcome
+
+
+def _write_outcome(task: Task, options: Options, outcome: Outcome, output: bytes, data: bytes) -> None:
+    """In place: the file the path resolves to, only inside the folder it was found in. A mirror: its own
+    file, never through a link, never outside it. A single output file (a notebook's --out): nothing when
+    the input could not be migrated."""
     from ..report.files import write_atomically
 
+    mirror = options.mirror_root is not None and task.out_path is not None
+    try:
+        if task.in_place:
+            if outcome.changed:
+                if task.within is not None and not inside_folders(task.path, [task.within]):
+                    raise OSError(errno.EPERM, f"it resolves to {os.path.realpath(task.path)}, outside {task.within}")
+                write_atomically(Path(os.path.realpath(task.path)), output, original=data)
+                outcome.written = True
+        elif task.out_path is not None and (outcome.changed or options.copy_others):
+            if mirror:
+                _write_mirror(Path(task.out_path), output, Path(task.path), options.mirror_root)
+            elif outcome.error is None:
+                write_atomically(Path(task.out_path), output, mode_from=Path(task.path))
+            else:
+                return
+            outcome.written = True
+    except OSError as error:
+        where = task.path if task.in_place else task.out_path
+        outcome.error = f"{where}: cannot write: {error.strerror or error}"
+
+
+def _write_mirror(path: Path, data: bytes | Path, source: Path, mirror_root: str | None = None) -> None:
+    """Into the mirror: a link found there is replaced by the file, never written through, and a folder
+    that resolves outside the mirror (a link in it) is refused."""
+    from ..report.files import write_atomically
+
+    if mirror_root is not None:
+        parent = os.path.realpath(path.parent)
+        if not inside_folders(parent, [mirror_root]):
+            raise OSError(errno.EPERM, f"{path.parent} resolves to {parent}, outside the mirror {mirror_root}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, data, mode_from=source)
+    write_atomically(path, data, mode_from=source, follow_links=mirror_root is None)
 
 
 def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome) -> bytes:

@@ -200,9 +200,10 @@ def _after_crash(outcome, options):
 
     from .tree import _write_mirror
 
-    if options.write and options.copy_others and outcome.out_path is not None:
+    if options.write and options.copy_others and options.mirror_root is not None and outcome.out_path is not None:
         try:
-            _write_mirror(Path(outcome.out_path), Path(outcome.path).read_bytes(), Path(outcome.path))
+            _write_mirror(Path(outcome.out_path), Path(outcome.path).read_bytes(), Path(outcome.path),
+                          options.mirror_root)
             outcome.written = True
         except OSError:
             pass

@@ -47,11 +47,104 @@ def add_imports(module: cst.Module, imports: set[tuple[str, str | None]],
     imports = {item for item in imports if not (late and item in late and _bound_in_time(module, item, late[item]))}
     if not imports:
         return module
+    imports = _without_rebinding(module, imports)
     body = list(module.body)
     index = insertion_index(body)
     new_lines = [_import_line(name, alias) for name, alias in sorted(imports, key=lambda i: (i[0], i[1] or ""))]
     body[index:index] = new_lines
     return module.with_changes(body=body)
+
+
+def _without_rebinding(module: cst.Module, imports: set[tuple[str, str | None]]) -> set[tuple[str, str | None]]:
+    """``import a.b.c`` binds ``a``: where the script binds ``a`` itself (``torch_xla = ...``, ``from lib
+    import torch_xla``), the import goes under an alias of its own instead (``import
+    torch_xla.distributed.xla_backend as xla_backend``), so it never rebinds the script's name. (Imports
+    of a module under its own name come from ``MigrationContext.local_name``, which checks the name.)"""
+    dotted = [item for item in imports if item[1] is None and "." in item[0]]
+    if not dotted:
+        return imports
+    names = _Bindings()
+    walk.walk(module, names)
+    kept = set(imports)
+    taken = names.seen | {alias or name.split(".")[0] for name, alias in imports}
+    for name, alias in dotted:
+        root = name.split(".")[0]
+        if root not in names.bound and not names.star_import:
+            continue
+        last = name.rsplit(".", 1)[1]
+        fresh = next(candidate for candidate in (last, *(f"{last}_{n}" for n in range(2, 10_000)))
+                     if candidate not in taken and candidate not in _BUILTINS)
+        taken.add(fresh)
+        kept.discard((name, alias))
+        kept.add((name, fresh))
+    return kept
+
+
+_BUILTINS = frozenset(dir(__import__("builtins")))
+
+
+class _Bindings(cst.CSTVisitor):
+    """Every name the script binds other than by importing the module of that name (``import a``, ``import
+    a.b``), in any scope (erring on the side of an alias), and every name it mentions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bound: set[str] = set()
+        self.seen: set[str] = set()
+        self.star_import = False
+
+    def _targets(self, node: cst.CSTNode | None) -> None:
+        if isinstance(node, cst.Name):
+            self.bound.add(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                self._targets(element.value)
+        elif isinstance(node, cst.StarredElement):
+            self._targets(node.value)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.seen.add(node.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._targets(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._targets(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._targets(node.target)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._targets(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._targets(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:  # with ... as x, except E as x, import m as x
+        self._targets(node.name)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.bound.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.bound.add(node.name.value)
+
+    def visit_MatchAs(self, node: cst.MatchAs) -> None:
+        self._targets(node.name)
+
+    def visit_MatchStar(self, node: cst.MatchStar) -> None:
+        self._targets(node.name)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if isinstance(node.names, cst.ImportStar):
+            self.star_import = True
+            return
+        for alias in node.names:
+            if alias.asname is None:
+                self.bound.add(alias.evaluated_name)
 
 
 def _bound_in_time(module: cst.Module, item: tuple[str, str | None], binding: cst.BaseStatement) -> bool:

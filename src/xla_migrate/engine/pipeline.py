@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, leftovers
+from . import gate, input_checks, leftovers
 from ..syntax import large_files, native_parse, nesting, positions, walk
 from ..syntax.walk import fast_visits
 from .apply import Applied, apply_edits
@@ -98,6 +98,10 @@ def parse(source: bytes | str) -> cst.Module | InputError:
     deep, top_level = nesting.scan(text)
     if deep is not None:
         return too_deep_error(*deep)
+    if top_level is not None:
+        too_large = input_checks.statement_error(text, top_level.statement_lines)
+        if too_large is not None:
+            return too_large
     if top_level is not None and large_files.is_large(text):
         encoding = _libcst_encoding(source)
         module = large_files.parse_in_pieces(text, top_level, encoding) if encoding is not None else None
@@ -113,6 +117,11 @@ def parse(source: bytes | str) -> cst.Module | InputError:
         return InputError("cannot parse: out of memory")
 
 
+def source_encoding(source: bytes) -> str:
+    """The encoding of source bytes as libcst records it (``utf-8-sig`` with a BOM)."""
+    return _libcst_encoding(source) or "utf-8"
+
+
 def _libcst_encoding(source: bytes | str) -> str | None:
     """The encoding libcst's parse_module records for ``source`` (it detects it as Python does)."""
     if isinstance(source, str):
@@ -124,8 +133,7 @@ def _libcst_encoding(source: bytes | str) -> str | None:
 
 
 def too_deep_error(line: int | None = None, column: int | None = None) -> InputError:
-    return InputError(f"too deeply nested for xla-migrate (more than {nesting.MAX_DEPTH} levels of brackets, "
-                      "operators, attribute or call chains, joined strings or blocks)", line, column)
+    return InputError(nesting.too_deep_message(), line, column)
 
 
 def _syntax_error(data: bytes | str, error: cst.ParserSyntaxError) -> InputError:

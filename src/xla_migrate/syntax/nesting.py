@@ -13,8 +13,9 @@ every open bracket (3: a list and its element, a call and its argument, a subscr
 index), every operator, ``.``, call or subscript trailer, joined string, conditional or lambda (1, reset at
 a comma or ``=`` at the same bracket level, since those separate siblings), every indentation level (2: a
 block and its statement) and every ``elif``/``else`` of a chain (1). Input over ``MAX_DEPTH`` is refused:
-that is at most 66 nested brackets (CPython itself allows 200) or a 200-link chain, well within what
-libcst survives, and far beyond real code.
+that is at most 66 nested brackets (CPython itself allows 200), 49 nested calls, 99 nested blocks or a
+199-link chain (``LIMITS``, which the refusal's message names), well within what libcst survives, and far
+beyond real code.
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ _KEYWORDS_BEFORE_DISPLAYS = {"and", "or", "not", "in", "is", "if", "else", "lamb
 _FSTRING_START = getattr(token, "FSTRING_START", None)  # Python 3.12+ tokenizes f-strings in parts
 _FSTRING_END = getattr(token, "FSTRING_END", None)
 _STRING_PREFIX = re.compile(r"[A-Za-z]*")
+
+
+_STATEMENT_DEPTH = 2  # a module-level statement's own depth: what its first bracket or operator adds to
+LIMITS = {  # what the guard takes at most, each alone (tests/test_safety.py measures them)
+    "nested brackets": (MAX_DEPTH - _STATEMENT_DEPTH) // BRACKET_WEIGHT,
+    "nested calls": (MAX_DEPTH - _STATEMENT_DEPTH) // (BRACKET_WEIGHT + 1),
+    "nested blocks": (MAX_DEPTH - _STATEMENT_DEPTH) // INDENT_WEIGHT,
+    "chained operators, attributes or calls": MAX_DEPTH - 1,
+}
+
+
+def too_deep_message() -> str:
+    """What the guard refuses, in the units a reader counts (its depth weighs each kind differently)."""
+    limits = ", ".join(f"{count} {what}" for what, count in LIMITS.items())
+    return (f"too deeply nested for xla-migrate: it takes at most {limits}, fewer where they combine "
+            "(CPython itself takes 200 nested brackets and 100 nested blocks)")
 
 
 class TooDeep(Exception):
