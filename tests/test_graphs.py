@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from xla_migrate import migrate
-from xla_migrate.analysis.project import index_for
-from xla_migrate.cli.tree import Ignorer
+from xla_migrate.cli.discovery import Ignorer, index_for
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNABLE = ROOT / "fixtures" / "runnable"
