@@ -234,6 +234,10 @@ def run_script(python: Path, source: str, label: str, *, xla: bool, distributed:
     if not xla:
         process = verify.run_plain(python, script, cwd=str(workdir), env=env, timeout=timeout)
         return _run_of(label, process, workdir)
+    # Its own home: the 2.9 target's persistent compilation cache (XLA315, ~/.cache/xla_compile) is written
+    # there, not into the user's, and a run never reads another run's cache.
+    (workdir / "home").mkdir()
+    env["HOME"] = str(workdir / "home")
     shim = workdir / "shim"  # the test-only replica shim, after verify's loader (which runs it)
     shim.mkdir()
     shutil.copy(SHIM, shim / "sitecustomize.py")

@@ -42,6 +42,8 @@ from xla_migrate.transforms.common import imported_from, joined, keyword_arg, sh
 CUDA_AMP_AUTOCASTS = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
 # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
 DEVICE_AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+_HALF_DTYPES = ("torch.float16", "torch.half", "torch.bfloat16")
+_FULL_DTYPES = ("torch.float32", "torch.float", "torch.float64", "torch.double")
 _PARAMETERS = {
     CUDA_AMP_AUTOCASTS: ("enabled", "dtype", "cache_enabled"),
     DEVICE_AUTOCASTS: ("device_type", "dtype", "enabled", "cache_enabled"),
@@ -110,12 +112,19 @@ class CudaAutocastToXla(Rule):
         fixed = {a.keyword.value for a in spelled.args if a.keyword is not None}
         kept = sorted((index, name) for name, index in bound.items() if name != "device_type" and name not in fixed)
 
+        user_dtype = self._user_dtype(node, bound) if "dtype" in fixed and ctx.target.autocast_dtype else None
+
         def to_xla(updated: cst.Call) -> cst.Call:
             args = []
             for index, name in kept:
                 arg = updated.args[index]
                 args.append(keyword_arg(name, arg.value) if arg.keyword is None else arg)
-            return spelled.with_changes(args=joined([*spelled.args, *args]), lpar=updated.lpar, rpar=updated.rpar)
+            base = list(spelled.args)
+            if user_dtype is not None:
+                value = user_dtype(updated.args[bound["dtype"]].value)
+                base = [a.with_changes(value=value) if a.keyword is not None and a.keyword.value == "dtype" else a
+                        for a in base]
+            return spelled.with_changes(args=joined([*base, *args]), lpar=updated.lpar, rpar=updated.rpar)
 
         preview = to_xla(node)
         note = ""
@@ -123,6 +132,10 @@ class CudaAutocastToXla(Rule):
             wanted = ctx.target.autocast_dtype
             if "dtype" not in bound:
                 note = f" (float16 -> {wanted}: the target's AMP dtype)"
+            elif user_dtype is not None:
+                written = patterns.code_of(node.args[bound["dtype"]].value)
+                note = (f" (the script's dtype {written} kept: float32 stays float32, only float16 becomes {wanted}, "
+                        "the target's AMP dtype)")
             else:
                 written = patterns.code_of(node.args[bound["dtype"]].value)
                 if not written.endswith(wanted):
@@ -130,6 +143,28 @@ class CudaAutocastToXla(Rule):
         self.replace(node, to_xla, f"{short(node)} -> {short(preview, 80)}{note}")
         for dead in imported_from(ctx, node.func, qualname):
             self.import_may_be_dead(*dead)
+
+    def _user_dtype(self, node: cst.Call, bound: dict[str, int]):
+        """For a ``dtype`` the script chooses (a variable, a config lookup: ``dtype=ptdtype``) or spells as
+        float32: how the XLA autocast's dtype is written from it (issue 36: never change numerics the user
+        chose). A literal float16/bfloat16 (or none) is mixed precision: the target's dtype. None then."""
+        if "dtype" not in bound:
+            return None
+        value = node.args[bound["dtype"]].value
+        names = self.ctx.qualnames(value)
+        if names & set(_HALF_DTYPES):
+            return None
+        torch = self.ctx.local_name("torch", "torch")
+        wanted = self.ctx.target.autocast_dtype
+        if names & set(_FULL_DTYPES):
+            return lambda updated: updated  # float32: autocast then casts nothing, as the original did
+        template = f"{torch}.{wanted} if {patterns.HOLE} == {torch}.float16 else {patterns.HOLE}"
+
+        def mapped(updated: cst.BaseExpression) -> cst.BaseExpression:
+            code = patterns.code_of(updated)
+            return patterns.parsed_expression(template.replace(patterns.HOLE, code))
+
+        return mapped
 
     # Device types ------------------------------------------------------------------------------------------
     def _device_type_is_cuda(self, node: cst.BaseExpression) -> bool | None:

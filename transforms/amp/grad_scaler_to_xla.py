@@ -119,6 +119,31 @@ class GradScalerToXla(Rule):
         for module, name in dead:
             self.import_may_be_dead(module, name)
 
+    # A scaler's state read by key (targets without a GradScaler) --------------------------------------------
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        """``loss_scaler.state_dict()["scale"]`` (Swin's logging, every step): the disabled scaler this target
+        keeps (here or in a helper module) has an empty state dict: KeyError. ``.get("scale", 1.0)`` reads the
+        scale a disabled scaler applies, and what a real key holds where there is one (issue 36)."""
+        if self.ctx.target.has_grad_scaler or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            return
+        key = patterns.string_value(node.slice[0].slice.value)
+        call = node.value
+        if key != "scale" or not isinstance(call, cst.Call) or call.args:
+            return
+        method = patterns.method_call(call, "state_dict")
+        receiver = patterns.dotted_name(method.value) if method is not None else None
+        if receiver is None or "scaler" not in receiver.rsplit(".", 1)[-1].lower() or self.ctx.is_write_target(node):
+            return
+
+        def get(updated: cst.Subscript) -> cst.BaseExpression:
+            return cst.Call(func=cst.Attribute(value=updated.value, attr=cst.Name("get")),
+                            args=[cst.Arg(updated.slice[0].slice.value, comma=cst.Comma(  # type: ignore[attr-defined]
+                                whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(cst.Float("1.0"))],
+                            lpar=updated.lpar, rpar=updated.rpar)
+
+        self.replace(node, get, f"{short(node)} -> {short(get(node))}: on the {self.ctx.target.name} target the "
+                                "GradScaler is disabled (no loss scaling), its state dict is empty, its scale 1.0")
+
     # Uses (targets without a GradScaler) -------------------------------------------------------------------
     def _use(self, node: cst.Call) -> None:
         method = patterns.method_call(node, "scale", "unscale_", "step", "update")

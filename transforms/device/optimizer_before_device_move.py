@@ -14,6 +14,13 @@ Why:
     the model never trains, with no error (measured on torch_xla 2.9: the weights stay equal after three
     steps). PyTorch/XLA's documentation asks for the optimizer to be built after the model is moved.
 
+    Tied weights (issue 36): a move of a model whose class ties two modules' weights
+    (``self.transformer.wte.weight = self.lm_head.weight``; a class of this module or of the project) is
+    followed by the same assignment on the moved object, ``model.transformer.wte.weight =
+    model.lm_head.weight``; a Hugging Face ``from_pretrained`` model gets ``model.tie_weights()``. On XLA the
+    move gives each module its own copy of a shared parameter: the model would train two tensors where the
+    original trained one (analysis/ties.py).
+
 Example:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model.cuda()
@@ -31,6 +38,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from xla_migrate.syntax import patterns
+from xla_migrate.analysis import ties
 from xla_migrate.analysis.facts import NOT_OPTIMIZERS, OPTIMIZER_MODULES, is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
@@ -52,6 +60,8 @@ class OptimizerBeforeDeviceMove(Rule):
     name = "optimizer-before-device-move"
     summary = "an optimizer built from model.parameters() before the model moves to the device is reported"
     on_xla_code = True  # the same silent failure in code that already runs on XLA
+    # It also re-ties tied weights after a move (an edit): on a CUDA path of code already on XLA the engine
+    # drops that edit, and the report stands.
     reports_only = True
 
     def __init__(self, ctx) -> None:
@@ -63,6 +73,9 @@ class OptimizerBeforeDeviceMove(Rule):
         # model.named_parameters() if ...]`), for optimizers built from such lists.
         self._parameter_lists: dict[tuple[object, str], list[str]] = {}
         self._assigned_by: dict[tuple[object, str], cst.Assign] = {}  # the assignment each list is from
+        # (scope, name) -> the constructor call of the object the name holds (``model = GPT(config)``).
+        self._made: dict[tuple[object, str], cst.Call] = {}
+        self._local_ties = ties.class_ties(ctx.module)
 
     def visit_Call(self, node: cst.Call) -> None:
         self._note_parameter_list(node)
@@ -75,10 +88,55 @@ class OptimizerBeforeDeviceMove(Rule):
         if model is not None:
             self._moves.setdefault(self.ctx.function_scope(node), []).append(
                 _Site(model, self.ctx.position(node)[0], node))
+        self._note_made(node)
+
+    def _note_made(self, node: cst.Call) -> None:
+        """``model = GPT(config)`` / ``model = GPT(config).to(device)``: what ``model`` holds, for its ties."""
+        parent = self.ctx.parent(node)
+        if not (isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1
+                and isinstance(parent.targets[0].target, cst.Name)):
+            return
+        made = node
+        while isinstance(made.func, cst.Attribute) and isinstance(made.func.value, cst.Call) and \
+                made.func.attr.value in ("to", "cuda", "train", "eval", "float"):
+            made = made.func.value
+        if not ties.ties_of_class(self.ctx, made, self._local_ties):
+            return
+        key = (self.ctx.function_scope(node), parent.targets[0].target.value)
+        self._made[key] = made
+        if made is not node and self._moved_module(node) is None and patterns.method_call(node, "cuda", "to") \
+                and (patterns.method_call(node, "cuda") or self._names_a_device(node)):
+            self._retie(parent.targets[0].target.value, made, node)  # made and moved in one statement
+
+    def _retie(self, model: str, made: cst.Call, move: cst.Call) -> None:
+        found = ties.ties_of_class(self.ctx, made, self._local_ties)
+        if not found:
+            return
+        statement = self.ctx.enclosing_statement(move)
+        if statement is None:
+            return
+        lines = [f"{model}.tie_weights()"] if found == "hf" else ties.retie_code(model, found)  # type: ignore[arg-type]
+        following = self._next_statement(statement)
+        if following is not None and " ".join(patterns.code_of(following).split()) == lines[0]:
+            return  # already re-tied (the output of an earlier run)
+        what = ", ".join(lines)
+        self.insert_after(statement, [self.ctx.statement(line) for line in lines],
+                          f"{what}: re-tied after the move (on XLA the move gives each module its own copy of a "
+                          "shared weight, and the model would train both)")
+
+    def _next_statement(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        block = self.ctx.parent(statement)
+        body = list(getattr(block, "body", ()))
+        if statement in body and body.index(statement) + 1 < len(body):
+            return body[body.index(statement) + 1]
+        return None
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for scope, moves in self._moves.items():
             for move in moves:
+                made = self._made.get((scope, move.model))
+                if made is not None:
+                    self._retie(move.model, made, move.node)  # type: ignore[arg-type]
                 built = [o for o in self._optimizers.get(scope, []) if o.model == move.model and o.line < move.line]
                 if not built:
                     continue

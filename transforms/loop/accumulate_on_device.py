@@ -89,13 +89,18 @@ class AccumulateOnDevice(Rule):
                              f"{mention.value} -> {mention.value}.item(): a tensor now, read where it is logged")
 
     def _detach(self, read: cst.Call, why: str) -> None:
-        def detach(updated: cst.Call) -> cst.BaseExpression:
-            if isinstance(updated.func, cst.Attribute) and updated.func.attr.value == "item":
-                return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("detach")))
-            value = parenthesized_for_attribute(updated.args[0].value)
-            return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")), lpar=updated.lpar,
-                            rpar=updated.rpar)
+        detach_read(self, read, why)
 
-        tensor = read.func.value if isinstance(read.func, cst.Attribute) else parenthesized_for_attribute(
-            read.args[0].value)
-        self.replace(read, detach, f"{short(read)} -> {short(tensor)}.detach(): {why}")
+
+def detach_read(rule: Rule, read: cst.Call, why: str) -> None:
+    """``x.item()`` / ``float(x)`` / ``int(x)`` -> ``x.detach()``: the value stays on the device (XLA313, XLA310)."""
+    def detach(updated: cst.Call) -> cst.BaseExpression:
+        if isinstance(updated.func, cst.Attribute) and updated.func.attr.value == "item":
+            return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("detach")))
+        value = parenthesized_for_attribute(updated.args[0].value)
+        return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")), lpar=updated.lpar,
+                        rpar=updated.rpar)
+
+    tensor = read.func.value if isinstance(read.func, cst.Attribute) else parenthesized_for_attribute(
+        read.args[0].value)
+    rule.replace(read, detach, f"{short(read)} -> {short(tensor)}.detach(): {why}")

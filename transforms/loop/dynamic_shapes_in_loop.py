@@ -7,7 +7,11 @@ What it does:
     in a training step (a training loop's body or a function it calls, as the step model sees them), boolean-mask indexing
     (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
-    one-argument ``torch.where(cond)``). Nothing is rewritten.
+    one-argument ``torch.where(cond)``). Also (``xla_migrate.analysis.shapes``), what XLA316 does not
+    rewrite: a ``collate_fn`` that pads each batch to its own longest sequence or largest image
+    (``pad_sequence`` without a maximum length in the script, ``max(len(s) for s in batch)``), a corpus on the
+    device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
+    loop whose bounds come from the loop's variables (``data[i:i + bs]``). Nothing is rewritten.
 
 Why:
     XLA compiles one graph per set of input shapes. A shape that depends on the data (or a smaller last
@@ -32,16 +36,23 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
+from xla_migrate.analysis import shapes
 from xla_migrate.analysis.facts import DATALOADERS, DEVICE_LOADERS
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.hf import hf_common
 from xla_migrate.transforms.common import short
+from xla_migrate.transforms.loop import static_batch_shapes
 
 DATA_DEPENDENT = ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere",
                   "torch.unique_consecutive")
 MASK_CALLS = ("torch.isnan", "torch.isinf", "torch.isfinite", "torch.logical_and", "torch.logical_or",
               "torch.logical_not", "torch.logical_xor", "torch.eq", "torch.ne", "torch.gt", "torch.lt",
               "torch.ge", "torch.le")
+PAD_FIX = ("pad every batch to one fixed length (the dataset's maximum: pad_sequence(...) then "
+           "torch.nn.functional.pad(x, (0, MAX_LEN - x.size(1))), or padding='max_length'), or to a few bucket "
+           "lengths; mask the padding in the model")
+SLICE_FIX = ("keep the tensor on the host and move each slice to the device (x[i:i + n].to(device)): the batch "
+             "then has the same shape every step and the slicing costs no graph")
 MASK_FIX = ("keep the shape: use the mask arithmetically (torch.where(mask, x, 0), x * mask, "
             "loss with reduction='none' times the mask, divided by mask.sum())")
 
@@ -135,6 +146,41 @@ class DynamicShapesInLoop(Rule):
         if isinstance(node, cst.Call):
             return bool(self.ctx.qualnames(node.func) & set(MASK_CALLS)) or bool(patterns.method_call(node, "bool"))
         return isinstance(node, cst.Name) and node.value in self._masks.get(loop, set())
+
+    # Padding to each batch's longest, a device corpus sliced per step (what XLA316 does not rewrite) --------
+    def visit_Module(self, node: cst.Module) -> None:
+        ctx = self.ctx
+        rewrites = ctx.runs("XLA316") and not ctx.facts.runs_on_xla
+        for collate in shapes.padded_collates(ctx):
+            if rewrites and static_batch_shapes.rewritable(collate):
+                continue
+            name = collate.function.name.value
+            if collate.kind == "pad_sequence":
+                why = ("no maximum length in the script to pad to" if collate.length is None
+                       else "its sequences are not a plain list name" if not static_batch_shapes.rewritable(collate)
+                       else "XLA316 is not part of this run")
+                self.finding(collate.node, f"{short(collate.node)} in the collate function {name}(): pads each "
+                                           f"batch to its own longest sequence ({why}): a new graph for every "
+                                           "new length", PAD_FIX)
+            else:
+                self.finding(collate.node, f"{short(collate.node)} in the collate function {name}(): pads each "
+                                           "batch to its own largest size: a new graph for every new size", PAD_FIX)
+        corpora = shapes.device_corpora(ctx)
+        reported: set[cst.CSTNode] = set()
+        for corpus in corpora:
+            if rewrites and static_batch_shapes.corpus_rewritable(ctx, corpus):
+                reported.update(corpus.slices)
+                continue
+            for piece in corpus.slices:
+                reported.add(piece)
+                self.finding(piece, f"{short(piece)}: {corpus.slicer.name.value}() slices a corpus that "
+                                    f"{corpus.producer.name.value}() put on the device, at a new offset every "
+                                    "step: a new graph per offset", SLICE_FIX)
+        for piece in shapes.offset_slices(ctx):
+            if piece not in reported:
+                self.finding(piece, f"{short(piece)}: a slice of a device tensor at an offset that changes every "
+                                    "step: the offsets are constants of the graph, a new graph per offset",
+                             SLICE_FIX)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         loop = self._training_step(node)

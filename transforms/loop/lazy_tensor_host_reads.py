@@ -15,6 +15,16 @@ What it does:
     after the step's end (after a step barrier, or after the optimizer step in a loop without a device
     loader, where XLA302 marks the step).
 
+    Program-wide (issue 30): tests that read a tensor without ``.item()`` (``assert torch.isfinite(loss)``,
+    ``assert y.min() >= 0``, ``if not (torch.isinf(p.grad) | torch.isnan(p.grad)).any():``; identity tests
+    like ``p.grad is not None`` are not reads), reads in the ``forward`` of the module's own models
+    (``(lengths - 1).tolist()``), calls into another module of the project whose helper reads
+    (``metrics.loss_value(loss)`` returning ``loss.item()``; from the project index, with the helper's file
+    and line), and a kept GradScaler's ``get_scale()``/``state_dict()``. A read repeated by a loop below the
+    step (over the parameters) says so: as many syncs per step. A logging statement XLA310 leaves in place
+    (under a ``try`` or ``with`` of the step) is reported with the reason; one that runs right before leaving
+    the loop is not (it runs once).
+
 Why:
     Each read runs the step's graph up to that value before the step ends: a second graph execution every
     step (measured: ``loss.item()`` every step, 2 compiles and 40 executions for 20 steps instead of 1 and
@@ -40,7 +50,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.analysis import steps
+from xla_migrate.analysis import steps, tensor_tests
+from xla_migrate.analysis.steps import closure_safety
+from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 from xla_migrate.analysis.steps import Region
 from xla_migrate.transforms.common import short
@@ -48,6 +60,8 @@ from xla_migrate.transforms.common import short
 ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and read it once after the loop "
               "or every N steps, or log it through xm.add_step_closure")
 CONTROL = "decide from a value read every N steps (or after the loop), not every step"
+ASSERT = ("check on the device and read once (flags = torch.stack([...]); read them every N steps or after the "
+          "loop), or move the check into a function run by xm.add_step_closure; python -O drops asserts")
 
 
 class LazyTensorHostReads(Rule):
@@ -59,12 +73,15 @@ class LazyTensorHostReads(Rule):
 
     def _report(self, node: cst.CSTNode, region: Region, fix: str, what: str) -> None:
         every = "every step" if region.step.kind == "train" else "every evaluation batch"
+        every += tensor_tests.repeated(self.ctx, node, region)
         where = steps.describe_path(self.ctx, region)
         self.finding(node, f"{short(node)}{where}: {what} {every} (a device sync: the graph runs mid-step)", fix)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         if not steps.may_read(node):
+            self._external(node)
+            self._scaler_state(node)
             return
         region = ctx.steps.region(node)
         if region is None or steps.in_step_closure(ctx, node) or ctx.steps.after_step_end(node, region):
@@ -73,8 +90,78 @@ class LazyTensorHostReads(Rule):
             return
         if steps.is_logging_read(ctx, node) or self._in_condition(node) or ctx.steps.moves_read(node):
             return
+        if steps.in_logging_compound(ctx, node) or self._runs_once(node, region):
+            return
         if self._is_outermost_read(node, region):
+            kept = self._kept_logging(node, region)
+            if kept:
+                self._report(node, region, kept[1], f"kept in place ({kept[0]}): reads a tensor's value to the host")
+                return
             self._report(node, region, ACCUMULATE, "reads a tensor's value to the host")
+
+    def _external(self, node: cst.Call) -> None:
+        """A call into another module of the project that reads a tensor's value (the project index)."""
+        ctx = self.ctx
+        if ctx.project is None or not isinstance(node.func, (cst.Name, cst.Attribute)):
+            return
+        region = ctx.steps.region(node)
+        if region is None or steps.in_step_closure(ctx, node) or ctx.steps.after_step_end(node, region):
+            return
+        found = ctx.steps.external_read(node)
+        if found is None or self._runs_once(node, region):
+            return
+        path, line, code = found
+        looped = code.endswith(" in a loop")
+        code = code.removesuffix(" in a loop")
+        what = (f"calls {short(node.func)}(), which reads a tensor's value to the host ({path}:{line}: {code}"
+                f"{', in a loop: once per iteration' if looped else ''})")
+        fix = (f"keep the value on the device in {short(node.func)} (return the tensor, .detach()) and read it in a "
+               "step closure or every N steps; a check on the device (torch.where, clamp) instead of an `if` on "
+               "the value")
+        self._report(node, region, fix, what)
+
+    def _scaler_state(self, node: cst.Call) -> None:
+        """``scaler.get_scale()`` / ``scaler.state_dict()`` of a GradScaler the target keeps: the scale is a
+        device tensor, read with ``.item()`` inside (issue 36's Swin shape, on the sagemaker target)."""
+        ctx = self.ctx
+        method = patterns.method_call(node, "get_scale", "state_dict")
+        receiver = patterns.dotted_name(method.value) if method is not None else None
+        if receiver is None or not ctx.target.has_grad_scaler or not (
+                receiver in ctx.facts.scalers or "scaler" in receiver.rsplit(".", 1)[-1].lower()):
+            return
+        region = ctx.steps.region(node)
+        if region is None or steps.in_step_closure(ctx, node) or ctx.steps.after_step_end(node, region):
+            return
+        self._report(node, region, "read the scale every N steps, or after the loop (or in a step closure)",
+                     f"reads the GradScaler's scale (a device tensor) to the host with {method.attr.value}()")
+
+    def _statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        current = self.ctx.parent(node)
+        while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            current = self.ctx.parent(current)
+        return current
+
+    def _runs_once(self, node: cst.CSTNode, region: Region) -> bool:
+        """The read's statement is followed in its block by ``sys.exit``/``raise``/``return``/``break``: it runs
+        once, on the way out, not every step."""
+        statement = self._statement(node)
+        return statement is not None and closure_safety.leaves_after(self.ctx, statement, region)
+
+    def _kept_logging(self, node: cst.CSTNode, region: Region) -> tuple[str, str] | None:
+        """A logging statement XLA310 leaves in place because a step closure would change what it does."""
+        statement = self._statement(node)
+        if not (isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call)
+                and steps.is_logging_call(self.ctx, statement.value)):
+            return None
+        guard = closure_safety.guard(self.ctx, statement, region)
+        if isinstance(guard, cst.Try):
+            return ("under a `try` of the step, which a step closure would run outside of",
+                    "move the whole try/except into a function and run it with xm.add_step_closure, or log "
+                    "less often")
+        if isinstance(guard, cst.With):
+            return ("under a `with` of the step, whose resource is closed when a step closure runs",
+                    "open the resource inside a function run by xm.add_step_closure, or log less often")
+        return None
 
     def _is_conversion(self, node: cst.Call, region: Region) -> bool:
         return steps.reads(self.ctx, node, self.ctx.steps.tensor_names(region)) == [node]
@@ -95,18 +182,41 @@ class LazyTensorHostReads(Rule):
             child, current = current, self.ctx.parent(current)
         return isinstance(current, (cst.If, cst.While)) and child is current.test
 
-    def _condition(self, node: cst.If | cst.While) -> None:
+    def _condition(self, node: cst.If | cst.While | cst.Assert, region: Region | None = None) -> None:
         ctx = self.ctx
-        region = ctx.steps.region(node)
+        region = region or ctx.steps.region(node)
         if region is None or node is region.step.loop or ctx.steps.after_step_end(node, region):
             return
-        if ctx.steps.moves_read(node):
+        if ctx.steps.moves_read(node) or self._runs_once(node.test, region):
             return
-        if steps.reads(ctx, node.test, ctx.steps.tensor_names(region)):
+        names = ctx.steps.tensor_names(region)
+        if steps.reads(ctx, node.test, names) or tensor_tests.tensor_valued(ctx, node.test, names,
+                                                                            self._batches(region)):
             every = "every step" if region.step.kind == "train" else "every evaluation batch"
+            every += tensor_tests.repeated(ctx, node, region)
             where = steps.describe_path(ctx, region)
+            if isinstance(node, cst.Assert):
+                self.finding(node.test, f"assert {short(node.test)}{where}: an assert on a tensor's value reads it "
+                                        f"to the host {every} (a device sync: the graph runs mid-step)", ASSERT)
+                return
             self.finding(node.test, f"{short(node.test)}{where}: a condition on a tensor's value reads it to the "
                                     f"host {every} (a device sync: the graph runs mid-step)", CONTROL)
+
+    def _batches(self, region: Region) -> set[str]:
+        return tensor_tests.batch_names(self.ctx, region)
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        region = self._assert_region(node)
+        if region is not None:
+            self._condition(node, region)
+
+    def _assert_region(self, node: cst.Assert) -> Region | None:
+        """An assert is not a node the step model marks: its test's first call or subscript is."""
+        for inner in patterns.find_all(node.test, lambda n: isinstance(n, (cst.Call, cst.Subscript))):
+            region = self.ctx.steps.region(inner)
+            if region is not None:
+                return region
+        return None
 
     def visit_If(self, node: cst.If) -> None:
         self._condition(node)

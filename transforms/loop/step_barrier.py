@@ -18,6 +18,19 @@ What it does:
     written on one line gets the barrier appended after a semicolon. Scripts that build an
     ``accelerate.Accelerator`` get none: Accelerate's prepared loaders mark the step (XLA605).
 
+    Where the step ends (``xla_migrate.analysis.step_end``): a training step's barrier moves past the device
+    work that follows the update in the same block (an EMA or teacher update: ``accumulate(g_ema, g, 0.999)``,
+    ``ema.update(model)``, in-place updates of a second model's parameters; the reduction of the step's
+    losses; values XLA310 keeps on the device for logging), up to the first statement that reads a value,
+    leaves the loop, saves or evaluates. An evaluation batch whose first read copies a value already
+    computed (``losses[k] = loss.item()``) gets the barrier right before that read, also over a device
+    loader: the batch runs one graph, where a barrier at its end ran a second one for the still-pending
+    logits. Never in the methods of an ``nn.Module`` (a loop over blocks or decoder steps in ``forward``,
+    ``__init__`` building submodules) or in a project module's import-time code: those loops are not steps.
+    And a device value that the code after a loop reads several times (``val_loss = evaluate(...)``, then
+    ``scheduler.step(val_loss)``, ``val_loss.item()``, ``f"{val_loss:.4f}"``) gets one barrier before the
+    first read: each read of a pending value runs its graph again.
+
 Why:
     XLA records operations lazily and runs them when the step is marked. Without a barrier the graph grows
     with every iteration until something reads a value, so every step compiles anew and memory runs out
@@ -65,10 +78,13 @@ class StepBarrier(Rule):
         step = steps.loop(node)
         if step is None or not steps.needs_barrier(step):
             return
-        site = step.barrier_site
+        site = steps.end_of_step(step)
         assert site is not None
         barrier = self.ctx.spell("step_barrier")
-        if step.kind == "eval":
+        if site.before_read:
+            what = ("in each evaluation batch, before its first host read (the batch's graph runs once; the read "
+                    "copies its result)")
+        elif step.kind == "eval":
             what = "at the end of each evaluation batch"
         elif not site.after_update:
             what = "at the end of the training step"
@@ -88,6 +104,15 @@ class StepBarrier(Rule):
             self.replace(site.statement, append, f"step barrier {what} (one-line block): {barrier}")
             return
         self.insert_after(site.statement, [self.ctx.statement(barrier)], f"step barrier {what}: {barrier}")
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for repeated in self.ctx.steps.repeated_reads:
+            barrier = self.ctx.spell("step_barrier")
+            lines = ", ".join(str(line) for line in repeated.lines)
+            self.insert_before(repeated.first, [self.ctx.statement(barrier)],
+                               f"{repeated.name} (a device value still to compute) is read {len(repeated.lines)} "
+                               f"times (lines {lines}): each read would run its graph again; {barrier} runs it "
+                               "once before the first")
 
     def visit_For(self, node: cst.For) -> None:
         self._visit_loop(node)

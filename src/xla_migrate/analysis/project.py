@@ -60,6 +60,12 @@ class ModuleInfo:
     instances: tuple[tuple[str, str], ...] = ()
     classes: tuple[str, ...] = ()
     error: str = ""  # it does not parse (the migration reports that itself)
+    # helper -> (line, code) of its first read of a tensor's value to the host (``x.item()``, ``x.tolist()``,
+    # ``x.numpy()``), with " in a loop" appended to the code when the read repeats inside the helper (issue 30)
+    read_helpers: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # class -> the weights its methods tie (``self.a.weight = self.b.weight``), as (left, right) attribute
+    # paths below the object (issue 36: the device move unties them on XLA)
+    ties: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,25 @@ class ProjectIndex:
             if found is not None:
                 return found
         return self.resolve(importer, module) if module else None
+
+    def helper_reads(self, rel: str, qualified: str) -> tuple[str, int, str] | None:
+        """Where calling ``qualified`` (as ``rel`` sees it) reads a tensor's value to the host: (file, line,
+        code), or None."""
+        module, _, name = qualified.rpartition(".")
+        while module:
+            target = self.resolve(rel, module)
+            if target is not None:
+                found = self.modules[target].read_helpers.get(name)
+                return (target, *found) if found else None
+            module, _, rest = module.rpartition(".")
+            name = f"{rest}.{name}"
+        return None
+
+    def class_ties(self, rel: str, qualified: str) -> tuple[tuple[str, str], ...]:
+        """The ties of the project class ``qualified`` names (as ``rel`` imports it), or ()."""
+        module, _, name = qualified.rpartition(".")
+        target = self.resolve(rel, module) if module else None
+        return self.modules[target].ties.get(name, ()) if target is not None else ()
 
     def helper_effects(self, rel: str, qualified: str) -> tuple[str, ...]:
         """What calling ``qualified`` (a dotted name as the importing module ``rel`` sees it: ``utils.train_step``,
@@ -204,6 +229,12 @@ class ProjectFile:
     def helper_effects(self, qualified: str) -> tuple[str, ...]:
         return self.index.helper_effects(self.rel, qualified)
 
+    def helper_reads(self, qualified: str) -> tuple[str, int, str] | None:
+        return self.index.helper_reads(self.rel, qualified)
+
+    def class_ties(self, qualified: str) -> tuple[tuple[str, str], ...]:
+        return self.index.class_ties(self.rel, qualified)
+
     def instance_effects(self, name: str, method: str = "__call__") -> tuple[str, ...]:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
         found = self.index.instance_class(self.rel, name)
@@ -269,6 +300,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     classes: list[str] = []
     saves: list[str] = []
     main_block = False
+    reads: dict[str, tuple[int, str]] = {}
+    ties: dict[str, tuple[tuple[str, str], ...]] = {}
     for statement in tree.body:
         _imports_of(statement, package, imports)
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -276,16 +309,25 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
             effects = _effects(calls)
             if effects:
                 helpers[statement.name] = effects
+            found = _first_read(statement)
+            if found is not None:
+                reads[statement.name] = found
             if _saves(calls):
                 saves.append(statement.name)
         elif isinstance(statement, ast.ClassDef):
             classes.append(statement.name)
+            tied = _ties(statement)
+            if tied:
+                ties[statement.name] = tied
             for item in statement.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     calls = _calls_in(item)
                     effects = _effects(calls)
                     if effects:
                         helpers[f"{statement.name}.{item.name}"] = effects
+                    found = _first_read(item)
+                    if found is not None:
+                        reads[f"{statement.name}.{item.name}"] = found
                     if _saves(calls):
                         saves.append(f"{statement.name}.{item.name}")
         elif isinstance(statement, ast.If) and _is_main_guard(statement.test):
@@ -317,7 +359,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                 if bound is not None:
                     instances.append((bound, made))
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
-                      tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes))
+                      tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
+                      ties=ties)
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
@@ -407,6 +450,57 @@ def _effects(calls: list[ast.Call]) -> tuple[str, ...]:
         elif method == "optimizer_step":
             step = True
     return tuple(kind for kind, present in ((BACKWARD, backward), (STEP, step)) if present)
+
+
+_READ_METHODS = ("item", "tolist", "numpy")
+_PARAMETERS = ("weight", "bias")
+
+
+def _self_path(node: ast.expr) -> str | None:
+    dotted = _dotted(node)
+    return dotted[len("self."):] if dotted and dotted.startswith("self.") else None
+
+
+def _ties(cls: ast.ClassDef) -> tuple[tuple[str, str], ...]:
+    """``self.a.weight = self.b.weight`` / ``self._tie_or_clone_weights(self.a, self.b)`` in the class's methods
+    (the same shapes as analysis/ties.py, read with ``ast``)."""
+    found: list[tuple[str, str]] = []
+    for node in walk_ast(cls):
+        if isinstance(node, ast.Assign):
+            right = _self_path(node.value)
+            for target in node.targets:
+                left = _self_path(target)
+                if left and right and (left.rsplit(".", 1)[-1] in _PARAMETERS or right.rsplit(".", 1)[-1] in _PARAMETERS):
+                    found.append((left, right))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "_tie_or_clone_weights" and len(node.args) >= 2:
+            first, second = _self_path(node.args[0]), _self_path(node.args[1])
+            if first and second:
+                found.append((f"{first}.weight", f"{second}.weight"))
+    return tuple(dict.fromkeys(found))
+
+
+def _first_read(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, str] | None:
+    """The first ``x.item()`` / ``x.tolist()`` / ``x.numpy()`` of a function's own code (nested functions are
+    their own helpers), with " in a loop" when a loop of the function repeats it."""
+    found: tuple[int, str] | None = None
+    todo: list[tuple[ast.AST, bool]] = [(child, False) for child in function.body]
+    while todo:
+        node, looped = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _READ_METHODS \
+                and not node.args:
+            try:
+                code = ast.unparse(node)
+            except Exception:  # noqa: BLE001 (a node ast cannot write back: keep the method name)
+                code = f"...{node.func.attr}()"
+            candidate = (node.lineno, code + (" in a loop" if looped else ""))
+            if found is None or candidate[0] < found[0]:
+                found = candidate
+        inner = looped or isinstance(node, (ast.For, ast.While, ast.AsyncFor))
+        todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return found
 
 
 def _saves(calls: list[ast.Call]) -> bool:

@@ -157,6 +157,8 @@ _CURRENT = {
     "local_ordinal": Spelling("{xr}.local_ordinal()", since=(2, 1)),
     "launch": Spelling("{torch_xla}.launch({0}, args=({1}))", since=(2, 5)),
     "autocast": Spelling('{torch}.autocast("xla", dtype={torch}.bfloat16)', since=(2, 1)),
+    # The persistent compilation cache (torch_xla 2.2's release notes, "persistent compilation cache").
+    "compile_cache": Spelling("{xr}.initialize_cache({0}, readonly=False)", since=(2, 2)),
     # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state).
     "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("xla", enabled=False)', since=(2, 3)),
     # The ddp form: torch.distributed on torch_xla's process group (``import torch_xla.distributed.xla_backend``

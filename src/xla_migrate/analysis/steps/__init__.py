@@ -23,20 +23,27 @@ per batch. The device loader (XLA301) marks the step at every batch, so a loop t
 the barrier instead (a device loader would run one graph per micro-step).
 
 The modules: ``kinds`` (the vocabulary and the records the rules get), ``collect`` (the one walk),
-``call_paths`` (following calls), ``model`` (``StepModel``: loops, where a step ends, queries),
-``reductions`` (XLA406's gradient reduction), ``reads`` (host reads at the expression level, what a step
-closure takes), ``host_reads`` (the reads XLA313 and XLA314 move). The names the rules use are imported here.
+``call_paths`` (following calls, into the module's own models' ``forward`` and the project's helpers too),
+``model`` (``StepModel``: loops, where a step ends, queries), ``not_steps`` (code where no step lives: a
+module's methods, import-time code), ``step_end`` (the barrier past the step's device work; an evaluation
+batch's before its read), ``epoch_reads`` (a value read several times after a loop), ``reductions`` (XLA406's
+gradient reduction), ``reads`` (host reads at the expression level, what a step closure takes and when it
+cannot take a statement), ``closure_safety`` (what a step closure must not change: try, with, exits),
+``closure_args`` (host values taken at the step), ``host_reads`` (the reads XLA313, XLA314 and XLA310 move).
+The names the rules use are imported here.
 """
 
 from .collect import is_model_call, is_optimizer_step
-from .host_reads import DeviceReturn, DeviceSum, FiniteCheck
+from .host_reads import DeviceReturn, DeviceSum, FiniteCheck, LoggedRead
 from .kinds import BarrierSite, Batches, Event, Function, Loop, Reduction, Region, StepLoop
 from .model import StepModel
-from .reads import (captured_names, describe_path, in_step_closure, is_logging_call, is_logging_read, is_read_call,
-                    logging_statement, may_read, mentions, reads)
+from .reads import (appends_to_log, captured_names, describe_path, in_logging_compound, in_step_closure,
+                    is_logging_call, is_logging_read, is_read_call, logging_compound, logging_statement, may_read,
+                    mentions, reads)
 from .reductions import step_optimizer
 
-__all__ = ["BarrierSite", "Batches", "DeviceReturn", "DeviceSum", "Event", "FiniteCheck", "Function", "Loop",
-           "Reduction", "Region", "StepLoop", "StepModel", "captured_names", "describe_path", "in_step_closure",
-           "is_logging_call", "is_logging_read", "is_model_call", "is_optimizer_step", "is_read_call",
-           "logging_statement", "may_read", "mentions", "reads", "step_optimizer"]
+__all__ = ["BarrierSite", "Batches", "DeviceReturn", "DeviceSum", "Event", "FiniteCheck", "Function", "LoggedRead",
+           "Loop", "Reduction", "Region", "StepLoop", "StepModel", "appends_to_log", "captured_names",
+           "describe_path", "in_logging_compound", "in_step_closure", "is_logging_call", "is_logging_read",
+           "is_model_call", "is_optimizer_step", "is_read_call", "logging_compound", "logging_statement", "may_read",
+           "mentions", "reads", "step_optimizer"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ...syntax import patterns
-from .kinds import BACKWARD, CALL, STEP, Event, Function, Loop
+from .kinds import BACKWARD, CALL, FORWARD, READ, STEP, Event, Function, Loop
 
 
 class CallPaths:
@@ -91,6 +91,47 @@ class CallPaths:
 
         return tuple(BACKWARD if kind == HELPER_BACKWARD else STEP for kind in kinds)
 
+    def forward_of(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The ``forward`` a model call runs, when the model is an object of a torch module class of this
+        module (``model = Net().to(device)`` ... ``model(x)``, ``self.decoder(x)``); else what ``callee``
+        finds."""
+        found = self.callee(call)
+        if found is not None:
+            return found
+        function = self._c.where.get(call, (None, None))[0]
+        held = self._held_class(call.func, function)
+        if held is None or held not in self._module_classes:
+            return None
+        return self._method(held, "forward")
+
+    def _held_class(self, func: cst.BaseExpression, function: Function) -> str | None:
+        c = self._c
+        if isinstance(func, cst.Name):
+            scope: Function = function
+            while True:
+                if (scope, func.value) in c.instances:
+                    return c.instances[(scope, func.value)]
+                if scope is None:
+                    return self._instance_anywhere(func.value)
+                scope = c.function_parent.get(scope)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            own_class = c.function_class.get(function) if function is not None else None
+            return c.self_instances.get((own_class, func.attr.value)) if own_class else None
+        return None
+
+    def external_read(self, call: cst.Call) -> tuple[str, int, str] | None:
+        """Where a call into another module of the project reads a tensor's value to the host (the project
+        index: an imported helper that returns ``loss.item()``, a clipping helper reading every parameter's
+        norm): (file, line, code), or None. None without a project."""
+        project = self.ctx.project
+        if project is None or self.callee(call) is not None:
+            return None
+        for name in sorted(self.ctx.qualnames(call.func)):
+            found = project.helper_reads(name) or project.helper_reads(name + ".__call__")
+            if found:
+                return found
+        return None
+
     def _instance_anywhere(self, name: str) -> str | None:
         """The local class an object of this name is made from anywhere in the module, when only one is: an
         object made in ``main`` and passed on as a parameter of the same name (``loss_scaler``)."""
@@ -130,6 +171,12 @@ class CallPaths:
             inner = self._inner_loop(raw.loop, loop)
             if inner is False:
                 continue
+            if raw.kind == FORWARD:
+                # A model of this module: what its forward reads to the host, the step reads (issue 30).
+                target = self.forward_of(raw.node)  # type: ignore[arg-type]
+                if target is not None and target is not function:
+                    events += [Event(READ, e.node, (raw.node, *e.path), e.inner_loop or inner)  # type: ignore[arg-type]
+                               for e in self.effects(target, depth + 1) if e.kind == READ]
             if raw.kind == CALL:
                 target = self.callee(raw.node)  # type: ignore[arg-type]
                 if target is None:

@@ -162,6 +162,10 @@ class _Collector(cst.CSTVisitor):
         self.assignments[self._function].append((_target_names(node.target), node.value, self._loop))
 
     def _bind_instance(self, target: cst.BaseExpression, value: cst.Call) -> None:
+        # ``Net().to(device)``, ``Net(cfg).cuda().train()``: the object is the innermost call's.
+        while isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES and isinstance(
+                value.func.value, cst.Call):
+            value = value.func.value
         class_name = patterns.dotted_name(value.func)
         if class_name is None:
             return
@@ -183,6 +187,9 @@ class _Collector(cst.CSTVisitor):
             self._record(kind, node)
             if kind == STEP and _barrier_keyword(node):
                 self._record(BARRIER, node)
+
+
+_MOVES = ("to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double", "requires_grad_")
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
@@ -229,6 +236,11 @@ def is_model_call(node: cst.Call, ctx: MigrationContext) -> bool:
     if name is None:
         return False
     return name in ctx.facts.ddp_models or bool(_MODEL_NAME.search(name.rsplit(".", 1)[-1]))
+
+
+def is_model_name(name: str) -> bool:
+    """A dotted name whose last part says it holds a model (``model``, ``self.net``, ``g_ema``'s generator)."""
+    return bool(_MODEL_NAME.search(name.rsplit(".", 1)[-1]))
 
 
 def _call_kind(ctx: MigrationContext, node: cst.Call) -> str | None:

@@ -1,6 +1,7 @@
 """Host reads that can move off the step, decided once for the module: XLA313's running sums kept on the
-device and per-step helpers that return the tensor, XLA314's finite checks moved into a step closure; so
-that XLA311 reports exactly the reads that stay."""
+device and per-step helpers that return the tensor, XLA314's finite checks moved into a step closure,
+XLA310's values read mid-step and only logged (kept on the device until the logging reads them); so that
+XLA311 reports exactly the reads that stay."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import libcst as cst
 
 from ...syntax import patterns
 from .kinds import CALL, Loop, Region, StepLoop
-from .reads import is_logging_call, mentions, reads
+from .reads import APPENDS, appends_to_log, inside, is_logging_call, mentions, reads
 
 if TYPE_CHECKING:
     from ...engine.context import MigrationContext
@@ -83,6 +84,24 @@ def _read_kind(ctx: MigrationContext, node: cst.CSTNode) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class LoggedRead:
+    """``name = <read>`` whose ``name`` the step only logs: ``read`` becomes a device value (``.detach()``) and
+    every mention of ``name`` in the logging statements reads it (``kind``: "item", "float" or "int")."""
+
+    assign: cst.Assign
+    name: str
+    reads: tuple[cst.Call, ...]
+    kinds: tuple[str, ...]
+    loop: Loop
+    mentions: tuple[cst.Name, ...]
+    logging: tuple[cst.Expr, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.kinds[0] if len(set(self.kinds)) == 1 else "item"
+
+
 class _HostReadPlan:
     """The reads XLA313 and XLA314 move, decided once for the module (see above)."""
 
@@ -102,6 +121,15 @@ class _HostReadPlan:
             self._plan_sums()
         if self.ctx.runs("XLA314"):
             self._plan_finite_checks()
+        # Values read mid-step and only logged: kept on the device, read by XLA310's closures (issue 30).
+        self.logged: list[LoggedRead] = []
+        if self.ctx.runs("XLA310"):
+            for logged in self._plan_logged():
+                self.logged.append(logged)
+                self.moved.update(logged.reads)
+                self.device_values.add((logged.loop, logged.name))
+                self.device_logging.update(logged.logging)
+                self.device_mentions.update(logged.mentions)
 
     # Running sums ---------------------------------------------------------------------------------------------
     def _plan_sums(self) -> None:
@@ -321,3 +349,64 @@ class _HostReadPlan:
         if scope is None or len(scope.assignments[name]) != 1:
             return False
         return all(self._inside(a.node, check) for a in scope.accesses[name])
+
+    # Values read mid-step and only logged ---------------------------------------------------------------------
+    #
+    # ``D_x = output.mean().item()`` ... ``print(f"D(x) {D_x:.4f}")`` (DCGAN), ``mse_val = ....mean().item()``
+    # before a progress-bar line (stylegan2): the read becomes ``.detach()``, the value is part of the step's
+    # graph, and each logging statement that uses the name reads it there (``D_x.item()``), which XLA310 moves
+    # into its step closure, or which reads a value already computed after the step's barrier.
+    def _plan_logged(self) -> list[LoggedRead]:
+        model, ctx = self.model, self.ctx
+        planned: list[LoggedRead] = []
+        for node, (_, loop) in model._c.where.items():  # noqa: SLF001
+            if not isinstance(node, cst.Assign) or loop is None or len(node.targets) != 1:
+                continue
+            target = node.targets[0].target
+            step = model.loops.get(loop)
+            if not isinstance(target, cst.Name) or step is None or step.kind != "train":
+                continue
+            found = reads(ctx, node.value, set())
+            if not found or any(r in self.moved for r in found):
+                continue
+            kinds = tuple(_read_kind(ctx, r) for r in found)
+            if any(k is None for k in kinds) or not all(self._arithmetic_up_to(r, node.value) for r in found):
+                continue
+            logged = self._only_logged(target, step.loop)
+            if logged is not None:
+                planned.append(LoggedRead(node, target.value, tuple(found), kinds, step.loop,  # type: ignore[arg-type]
+                                          *logged))
+        return planned
+
+    def _only_logged(self, target: cst.Name, loop: Loop) -> tuple[tuple[cst.Name, ...], tuple[cst.Expr, ...]] | None:
+        """The mentions of ``target``'s name and the logging statements holding them, when the name is bound
+        only here and used only in logging statements of the same loop (prints, loggers, logging-only lists)."""
+        ctx = self.ctx
+        scope = ctx.scopes.get(target)
+        if scope is None or len(scope.assignments[target.value]) != 1:
+            return None
+        names: list[cst.Name] = []
+        logging: list[cst.Expr] = []
+        for access in scope.accesses[target.value]:
+            node = access.node
+            if not isinstance(node, cst.Name) or not inside(ctx, node, loop):
+                return None
+            statement = _expression_statement(ctx, node)
+            call = statement.value if statement is not None else None
+            if not (isinstance(call, cst.Call) and (is_logging_call(ctx, call) or appends_to_log(ctx, call))):
+                return None
+            if patterns.method_call(call, *APPENDS) and isinstance(call.func, cst.Attribute) and call.func.value is node:
+                return None
+            names.append(node)
+            if statement not in logging:
+                logging.append(statement)  # type: ignore[arg-type]
+        return (tuple(names), tuple(logging)) if names else None
+
+
+def _expression_statement(ctx: MigrationContext, node: cst.CSTNode) -> cst.Expr | None:
+    current = ctx.parent(node)
+    while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+        if isinstance(current, cst.Lambda):
+            return None
+        current = ctx.parent(current)
+    return current if isinstance(current, cst.Expr) else None

@@ -92,6 +92,8 @@ class BarrierSite:
     statement: cst.CSTNode
     block: cst.CSTNode
     after_update: bool  # after the update's statements (else: at the end of the body)
+    # An evaluation batch's barrier right before its first host read (step_end.py), not at the body's end.
+    before_read: bool = False
 
 
 @dataclass

@@ -13,12 +13,15 @@ import libcst as cst
 from ...syntax import patterns
 from ..facts import DATALOADERS, DEVICE_LOADERS
 from .call_paths import CallPaths
-from .collect import _Collector, _receiver
+from . import not_steps
+from .collect import _Collector, _receiver, is_model_call
+from .epoch_reads import RepeatedRead, repeated_reads
 from .host_reads import _HostReadPlan
 from .kinds import (_ACCUMULATION_NAME, _LOADER_NAME, _TENSOR_CALLEES, BACKWARD, BARRIER, CALL, FORWARD, PASS_THROUGH,
                     READ, STEP, BarrierSite, Batches, Event, Function, Loop, Region, StepLoop)
 from .reads import is_read_call, mentions, reads
 from .reductions import GradientReductions
+from .step_end import final_sites
 
 if TYPE_CHECKING:
     from ...engine.context import MigrationContext
@@ -44,18 +47,38 @@ class StepModel(CallPaths, GradientReductions):
         self.micro_of: dict[Loop, StepLoop] = {}
         # Step function -> (step loop, path to it): functions a step loop calls, with the first path found.
         self.step_functions: dict[cst.FunctionDef, tuple[StepLoop, tuple[cst.Call, ...]]] = {}
+        # Loop -> its barrier site once the host-read plan is known (step_end.py); None until first asked.
+        self._final_sites: dict[cst.CSTNode, BarrierSite] | None = None
+        self._finalizing = False
+        self._module_classes = not_steps.module_classes(ctx, collector.classes)
+        self._import_time = not_steps.import_time_module(ctx)
         self._classify()
         self._tensor_names: dict[object, set[str]] = {}
 
     # Classification ------------------------------------------------------------------------------------------
+    def outside_steps(self, function: Function) -> bool:
+        """No step loop lives in ``function`` (not_steps.py): a method of a torch module class (or a function
+        nested in one), or the module-level code of a module imported by the project's entry files."""
+        if function is None:
+            return self._import_time
+        current: Function = function
+        while current is not None:
+            owner = self._c.function_class.get(current)
+            if owner is not None and owner in self._module_classes:
+                return True
+            current = self._c.function_parent.get(current)
+        return False
+
     def _classify(self) -> None:
         candidates: dict[Loop, list[Event]] = {}
         for loop in self._c.loops:
+            if self.outside_steps(self._c.loop_function[loop]):
+                continue
             candidates[loop] = self._events_of(self._c.loop_function[loop], loop, 0)
         micro: set[Loop] = set()
         trains: list[StepLoop] = []
         for loop in self._c.loops:  # outer loops first: they claim their micro-step loops
-            if loop in micro:
+            if loop in micro or loop not in candidates:
                 continue
             events = candidates[loop]
             direct_steps = [e for e in events if e.kind == STEP and not e.nested]
@@ -79,7 +102,7 @@ class StepModel(CallPaths, GradientReductions):
                 self.micro_of[inner] = step
                 self.loops.pop(inner, None)
         for loop in self._c.loops:
-            if loop in self.loops or loop in micro or self._feeds_backward(loop):
+            if loop in self.loops or loop in micro or loop not in candidates or self._feeds_backward(loop):
                 continue
             events = candidates[loop]
             if any(e.kind == BACKWARD for e in events) or any(e.kind == STEP for e in events):
@@ -92,7 +115,7 @@ class StepModel(CallPaths, GradientReductions):
         for step in self.loops.values():
             for event in step.events:
                 for index, call in enumerate(event.path):
-                    target = self.callee(call)
+                    target = self.forward_of(call)
                     if target is not None and target not in self.step_functions and target not in with_loops:
                         self.step_functions[target] = (step, event.path[: index + 1])
 
@@ -255,6 +278,12 @@ class StepModel(CallPaths, GradientReductions):
         """The reads XLA313 (running sums, per-step helpers) and XLA314 (finite checks) move."""
         return _HostReadPlan(self)
 
+    @cached_property
+    def repeated_reads(self) -> list[RepeatedRead]:
+        """Device values read several times outside the steps (epoch_reads.py): XLA302 marks the step once
+        before the first read."""
+        return repeated_reads(self) if not self.ctx.facts.uses_accelerate else []
+
     def class_of(self, function: cst.FunctionDef) -> str | None:
         """The name of the class a function is a method of, else None."""
         return self._c.function_class.get(function)
@@ -277,9 +306,27 @@ class StepModel(CallPaths, GradientReductions):
         """After migration the loop iterates a device loader: it already does, or XLA301 runs and wraps it."""
         return step.iterates_device_loader or (self.ctx.runs("XLA301") and self.gets_device_loader(step))
 
+    def end_of_step(self, step: StepLoop) -> BarrierSite | None:
+        """Where the step's barrier goes: ``step.barrier_site``, refined once the host-read plan is known
+        (step_end.py: past the device work that follows the update; an evaluation batch's before its first
+        read). While the plan itself is being made it answers the unrefined site."""
+        if self._final_sites is None:
+            if self._finalizing:
+                return step.barrier_site
+            self._finalizing = True
+            try:
+                self._final_sites = final_sites(self)
+            finally:
+                self._finalizing = False
+        return self._final_sites.get(step.loop, step.barrier_site)
+
     def needs_barrier(self, step: StepLoop) -> bool:
-        return (not self.ctx.facts.uses_accelerate and not self.iterates_device_loader(step)
-                and not step.has_barrier and step.barrier_site is not None)
+        if self.ctx.facts.uses_accelerate or step.has_barrier or step.barrier_site is None:
+            return False
+        if not self.iterates_device_loader(step):
+            return True
+        site = self.end_of_step(step)
+        return site is not None and site.before_read
 
     def after_step_end(self, node: cst.CSTNode, region: Region) -> bool:
         """``node`` runs after the step's graph ran: after a barrier in the same block of the loop body, or
@@ -292,10 +339,11 @@ class StepModel(CallPaths, GradientReductions):
         for event in step.of_kind(BARRIER, nested=False):
             if not event.path and self._follows(node, event.node, loop):
                 return True
-        if self.ctx.facts.uses_accelerate or self.iterates_device_loader(step) or step.has_barrier:
+        if not self.needs_barrier(step):
             return False
-        site = step.barrier_site
-        if site is None or not site.after_update or isinstance(site.block, cst.SimpleStatementSuite):
+        site = self.end_of_step(step)
+        if site is None or not (site.after_update or site.before_read) or isinstance(site.block,
+                                                                                   cst.SimpleStatementSuite):
             return False
         return self._follows(node, site.statement, loop)
 
@@ -374,6 +422,9 @@ class StepModel(CallPaths, GradientReductions):
             callee = (patterns.dotted_name(value.func) or "").rsplit(".", 1)[-1].lower()
             if any(word in callee for word in _TENSOR_CALLEES):
                 return True
+        # ``(model(x) - y).pow(2).mean()``: computed from a model's output.
+        if patterns.find_all(value, lambda n: isinstance(n, cst.Call) and is_model_call(n, self.ctx)):
+            return True
         return bool(mentions(value, names))
 
     # Loaders --------------------------------------------------------------------------------------------------

@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ...syntax import patterns
+from . import closure_safety
 from .kinds import CONVERSIONS, LOG_METHODS, READ_METHODS, STATIC_ATTRIBUTES, STEP_CLOSURES, Region
 
 if TYPE_CHECKING:
     from ...engine.context import MigrationContext
+
+APPENDS = ("append", "extend")
 
 
 # Reads of tensor values (expression level: the rules look at one statement) ----------------------------------
@@ -118,13 +121,116 @@ def logging_statement(ctx: MigrationContext, node: cst.Expr) -> tuple[cst.Call, 
     per training step (in the loop or a function it calls), mid-step, and reads tensors: the call, its reads
     and where it runs."""
     call = node.value
-    if not isinstance(call, cst.Call) or not is_logging_call(ctx, call):
+    if not isinstance(call, cst.Call) or not (is_logging_call(ctx, call) or appends_to_log(ctx, call)):
         return None
     region = ctx.steps.training_region(node)
     if region is None or in_step_closure(ctx, node) or ctx.steps.after_step_end(node, region):
         return None
-    found = reads(ctx, call, ctx.steps.tensor_names(region))
+    if closure_safety.guard(ctx, node, region) is not None or closure_safety.leaves_after(ctx, node, region):
+        return None  # under a try/with of the step, or right before leaving the loop: see closure_safety.py
+    if is_logging_call(ctx, call):
+        found = reads(ctx, call, ctx.steps.tensor_names(region))
+    else:  # ``losses.append(loss)`` keeps a tensor; ``losses.append(loss.item())`` reads one
+        kept = {n for (loop, n) in ctx.steps.host_reads.device_values if loop is region.step.loop}
+        found = reads(ctx, call, kept) if kept else reads(ctx, call, set())
     return (call, found, region) if found else None
+
+
+def appends_to_log(ctx: MigrationContext, call: cst.Call) -> bool:
+    """``losses.append(...)`` on a list that the step loop holding the call only appends to (a list bound to a
+    plain name, never read, rebound or passed on inside that loop; the script reads it after the loop): logging,
+    moved like a print. The closures run at the step barrier, the last one at the loop's last barrier (a
+    device loader marks the step once more when it ends), so the list is complete after the loop."""
+    method = patterns.method_call(call, *APPENDS)
+    if method is None or not isinstance(method.value, cst.Name):
+        return False
+    name = method.value
+    region = ctx.steps.training_region(call)
+    if region is None or region.in_callee:
+        return False
+    loop = region.step.loop
+    scope = ctx.scopes.get(name)
+    if scope is None or name.value not in scope:
+        return False
+    for assignment in scope.assignments[name.value]:
+        node = getattr(assignment, "node", None)
+        if not isinstance(node, cst.CSTNode) or inside(ctx, node, loop):
+            return False
+    for access in scope.accesses[name.value]:
+        node = access.node
+        if not inside(ctx, node, loop):
+            continue
+        parent = ctx.parent(node)
+        if not (isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in APPENDS):
+            return False
+        owner = ctx.parent(parent)
+        if not (isinstance(owner, cst.Call) and owner.func is parent and isinstance(ctx.parent(owner), cst.Expr)):
+            return False
+    return True
+
+
+def inside(ctx: MigrationContext, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    current: cst.CSTNode | None = node
+    while current is not None:
+        if current is container:
+            return True
+        current = ctx.parent(current)
+    return False
+
+
+def logging_compound(ctx: MigrationContext, node: cst.With | cst.Try) -> Region | None:
+    """A ``with`` or ``try`` of a training step, mid-step, whose body only logs and reads tensors: it moves
+    whole into a step closure (closure_safety.py). Where it runs, else None."""
+    body = node.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return None
+    first = body.body[0]
+    if not isinstance(first, cst.SimpleStatementLine) or not isinstance(first.body[0], cst.Expr):
+        return None
+    region = ctx.steps.training_region(first.body[0])
+    if region is None or in_step_closure(ctx, node) or ctx.steps.after_step_end(first.body[0], region):
+        return None
+    if closure_safety.guard(ctx, first.body[0], region) is not node or closure_safety.guard(ctx, node, region):
+        return None
+    if not only_logs(ctx, node) or closure_safety.leaves_after(ctx, node, region):
+        return None
+    return region if reads(ctx, body, ctx.steps.tensor_names(region)) else None
+
+
+def in_logging_compound(ctx: MigrationContext, node: cst.CSTNode) -> bool:
+    current = ctx.parent(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.For, cst.While)):
+        if isinstance(current, (cst.With, cst.Try)):
+            return logging_compound(ctx, current) is not None
+        current = ctx.parent(current)
+    return False
+
+
+
+
+def only_logs(ctx: MigrationContext, compound: cst.With | cst.Try) -> bool:
+    """Every statement of the compound's body is a logging call (``f.write(...)``, ``tracker.log(...)``,
+    ``print(...)``) and the ``try`` has no ``else``/``finally`` that the step needs in place."""
+    if isinstance(compound, cst.Try) and (compound.orelse is not None or compound.finalbody is not None):
+        return False
+    body = compound.body
+    if not isinstance(body, cst.IndentedBlock):
+        return False
+    for line in body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        for small in line.body:
+            if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+                return False
+            call = small.value
+            if not (is_logging_call(ctx, call) or _logger_method(call)):
+                return False
+    return True
+
+
+def _logger_method(call: cst.Call) -> bool:
+    """``tracker.log(...)``, ``wandb.log(...)``, ``experiment.log(...)``, ``run.log(...)``."""
+    return patterns.method_call(call, "log", "write", "flush", "add_scalar", "add_scalars", "log_metrics") is not None
 
 
 def is_logging_read(ctx: MigrationContext, node: cst.CSTNode) -> bool:
@@ -161,7 +267,7 @@ def captured_names(ctx: MigrationContext, nodes: list[cst.CSTNode], region: Regi
     within = region.function if region.in_callee else _outermost_loop(ctx, region.step.loop)
     names: list[str] = []
     for node in nodes:
-        for name in _loaded_names(node):
+        for name in loaded_names(node):
             if name.value in names or name.value in exclude:
                 continue
             if name.value in tensors or _assigned_in(ctx, name, within):
@@ -191,7 +297,7 @@ def _assigned_in(ctx: MigrationContext, name: cst.Name, region: cst.CSTNode | No
     return False
 
 
-def _loaded_names(node: cst.CSTNode) -> list[cst.Name]:
+def loaded_names(node: cst.CSTNode) -> list[cst.Name]:
     """Names the expression reads (not attribute names, keywords, or a nested lambda's own parameters)."""
     finder = _LoadedNames()
     node.visit(finder)

@@ -1,0 +1,259 @@
+"""Where a step's barrier finally goes (issue 30, point 2), once the host-read plan is known.
+
+The step model (model.py) places a training loop's barrier right after the update. Two refinements need to
+know which reads stay (the host-read plan: running sums kept on the device, reads of logged values deferred):
+
+- Training loops: the device work that follows the update in the same block belongs to the step too: an EMA
+  or teacher update (``ema.update(model)``, ``accumulate(g_ema, generator, 0.999)``, ``update_ema(...)``, a
+  loop of in-place ``mul_``/``add_`` over two models' parameters), the reduction of the step's losses
+  (``loss_reduced = reduce_loss_dict(loss_dict)``), values the plan keeps on the device. A barrier before
+  them leaves them to the next step's graph, or worse, to the reads that follow, each of which then runs
+  its own graph. The barrier moves past them, and past host-only statements between them (``step += 1``),
+  up to the first statement that reads a value to the host, leaves the loop body (break, continue, return,
+  raise), saves, evaluates, or calls code that may read (a call the module cannot see into, given a model
+  or a tensor).
+- Evaluation loops: a read that stays (``losses[k] = loss.item()``, ``preds.extend(out.argmax(1).tolist())``)
+  runs the graph up to its value; a barrier at the end of the batch then runs a second graph for what is
+  still pending (the logits). The barrier goes right before the first statement that reads, so the batch
+  runs one graph and the read copies a value already computed; this holds for loops over a device loader
+  too (its own step marker then finds nothing pending).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from ...syntax import patterns
+from . import kinds, reads
+from .collect import is_model_name
+from .kinds import BarrierSite, Region
+
+if TYPE_CHECKING:
+    from .kinds import StepLoop
+    from .model import StepModel
+
+# Calls that update a second copy of the model from the trained one, after the optimizer step.
+EMA_NAME = re.compile(r"(^|_)(ema|teacher|momentum|moving_average|swa|polyak|accumulate|soft_update|"
+                      r"update_average|target)(_|$)|ema$|^ema|teacher|momentum", re.IGNORECASE)
+IN_PLACE_UPDATES = ("mul_", "add_", "copy_", "lerp_", "sub_", "addcmul_", "update_parameters")
+SAVES = ("torch.save", "torch_xla.core.xla_model.save", "torch_xla.utils.serialization.save")
+_LEAVES = (cst.Break, cst.Continue, cst.Return, cst.Raise, cst.Yield)
+
+
+def final_sites(model: StepModel) -> dict[cst.CSTNode, BarrierSite]:
+    """Loop -> its barrier site after the refinements above (only the loops whose site changes)."""
+    found: dict[cst.CSTNode, BarrierSite] = {}
+    for step in model.loops.values():
+        site = step.barrier_site
+        if site is None or step.has_barrier or model.ctx.facts.uses_accelerate:
+            continue
+        if step.kind == "train":
+            extended = _after_step_work(model, step, site)
+        else:
+            extended = _before_first_read(model, step)
+        if extended is not None and extended != site:
+            found[step.loop] = extended
+    return found
+
+
+# Statements -----------------------------------------------------------------------------------------------
+
+
+class _Looker:
+    """What one statement of a step's block does, as far as the barrier cares."""
+
+    def __init__(self, model: StepModel, step: StepLoop) -> None:
+        self.model = model
+        self.ctx = model.ctx
+        self.step = step
+        region = Region(step)
+        self.names = model.base_tensor_names(region) | {n for (loop, n) in model.host_reads.device_values
+                                                         if loop is step.loop}
+        self.moved = model.host_reads.moved
+        self.with_loops = {model._c.loop_function[s.loop] for s in model.loops.values()}  # noqa: SLF001
+
+    def reads(self, statement: cst.CSTNode) -> bool:
+        """The statement reads a value of the step to the host, and no rule of this run moves the read."""
+        return bool(self.staying_reads(statement)) or self._other_reads(statement)
+
+    def staying_reads(self, statement: cst.CSTNode) -> list[cst.CSTNode]:
+        """The reads of the statement's own expressions that stay (see ``reads``)."""
+        ctx = self.ctx
+        finder = _ValueReads(ctx, self.names)
+        statement.visit(finder)
+        found = []
+        for read in finder.found:
+            if read in self.moved or self._moved_inside(read):
+                continue
+            if not isinstance(read, cst.Call) and not self._value_use(read, statement):
+                continue  # ``stepper(loss)``, ``losses.append(loss)``: the tensor is handed on, not read
+            if isinstance(read, cst.Call) and patterns.method_call(read, "cpu") and not _read_of_value(ctx, read):
+                continue
+            found.append(read)
+        return found
+
+    def _other_reads(self, statement: cst.CSTNode) -> bool:
+        if isinstance(statement, cst.Assert) or patterns.find_all(statement, lambda n: isinstance(n, cst.Assert)):
+            return True
+        for call in patterns.find_all(statement, lambda n: isinstance(n, cst.Call)):
+            callee = self.model.callee(call)  # type: ignore[arg-type]
+            if callee is not None and any(e.kind == kinds.READ and e.node not in self.moved
+                                          for e in self.model.effects(callee)):
+                return True
+        return False
+
+    def _value_use(self, mention: cst.CSTNode, statement: cst.CSTNode) -> bool:
+        """A tensor mentioned where its value is needed on the host: formatted, compared, tested, printed."""
+        child, current = mention, self.ctx.parent(mention)
+        while current is not None and child is not statement:
+            if isinstance(current, (cst.FormattedStringExpression, cst.Comparison, cst.BooleanOperation)):
+                return True
+            if isinstance(current, (cst.If, cst.While, cst.Assert)) and child is current.test:
+                return True
+            if isinstance(current, cst.Call) and reads.is_logging_call(self.ctx, current):
+                return True
+            child, current = current, self.ctx.parent(current)
+        return False
+
+    def _moved_inside(self, read: cst.CSTNode) -> bool:
+        return any(m in self.moved for m in patterns.find_all(read, lambda n: isinstance(n, cst.Call)))
+
+    def stops(self, statement: cst.CSTNode) -> bool:
+        """The barrier cannot move past this statement (see the module docstring)."""
+        ctx = self.ctx
+        if self.reads(statement) or patterns.find_all(statement, lambda n: isinstance(n, _LEAVES)):
+            return True
+        if patterns.find_all(statement, lambda n: isinstance(n, (cst.For, cst.While)) and n in self.model.loops):
+            return True
+        for call in patterns.find_all(statement, lambda n: isinstance(n, cst.Call)):
+            names = ctx.qualnames(call.func)  # type: ignore[attr-defined]
+            if names & set(SAVES) or names & set(kinds.STEP_BARRIERS) or names & set(kinds.STEP_CLOSURES):
+                return True
+            callee = self.model.callee(call)  # type: ignore[arg-type]
+            if callee is not None:
+                if callee in self.with_loops:
+                    return True
+                continue
+            if self._ema(call) or _in_place(call):
+                continue
+            if reads.is_logging_call(ctx, call):  # type: ignore[arg-type]
+                continue  # no tensor in it (else `reads` said so)
+            if any(self._device_argument(arg.value) for arg in call.args):  # type: ignore[attr-defined]
+                return True
+        return False
+
+    def device_work(self, statement: cst.CSTNode) -> bool:
+        """The statement computes on the device: it uses the step's tensors, or updates a copy of the model."""
+        if reads.mentions(statement, self.names):
+            return True
+        for call in patterns.find_all(statement, lambda n: isinstance(n, cst.Call)):
+            if self._ema(call) or _in_place(call):  # type: ignore[arg-type]
+                return True
+        return False
+
+    def _ema(self, call: cst.Call) -> bool:
+        spelled = patterns.dotted_name(call.func) or ""
+        if EMA_NAME.search(spelled.rsplit(".", 1)[-1]) or EMA_NAME.search(spelled.split(".")[0]):
+            return True
+        return any(EMA_NAME.search(patterns.dotted_name(a.value) or "") for a in call.args)
+
+    def _device_argument(self, value: cst.BaseExpression) -> bool:
+        name = patterns.dotted_name(value)
+        if name is not None and (name in self.names or is_model_name(name)):
+            return True
+        return bool(reads.mentions(value, self.names))
+
+
+class _ValueReads(reads._Reads):  # noqa: SLF001
+    """``steps.reads`` of a statement, without its assignment targets (``output = model(x)`` reads nothing)."""
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> bool:
+        if node.value is not None:
+            node.value.visit(self)
+        return False
+
+    def visit_For(self, node: cst.For) -> bool:
+        node.iter.visit(self)
+        node.body.visit(self)
+        if node.orelse is not None:
+            node.orelse.visit(self)
+        return False
+
+
+def _in_place(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in IN_PLACE_UPDATES
+
+
+def _read_of_value(ctx, call: cst.Call) -> bool:
+    """``x.cpu()`` used as a value (``.numpy()``, ``.tolist()`` after it is caught as its own read)."""
+    parent = ctx.parent(call)
+    return not (isinstance(parent, cst.Attribute) and parent.value is call)
+
+
+# Training: after the step's device work ---------------------------------------------------------------------
+
+
+def _after_step_work(model: StepModel, step: StepLoop, site: BarrierSite) -> BarrierSite | None:
+    block = site.block
+    if not site.after_update or not isinstance(block, cst.IndentedBlock):
+        return None
+    statements = list(block.body)
+    if site.statement not in statements:
+        return None
+    looker = _Looker(model, step)
+    last = statements.index(site.statement)
+    for index in range(last + 1, len(statements)):
+        statement = statements[index]
+        if looker.stops(statement):
+            break
+        if looker.device_work(statement):
+            last = index
+    return BarrierSite(statements[last], block, True)
+
+
+# Evaluation: before the first read -------------------------------------------------------------------------
+
+
+def _before_first_read(model: StepModel, step: StepLoop) -> BarrierSite | None:
+    body = step.loop.body
+    if not isinstance(body, cst.IndentedBlock) or len(body.body) < 2:
+        return None
+    looker = _Looker(model, step)
+    statements = list(body.body)
+    for index, statement in enumerate(statements):
+        if looker.reads(statement):
+            if index == 0 or not any(looker.device_work(s) for s in statements[:index]):
+                return None
+            # Only when the reads copy values computed before (``loss.item()``): a read that computes
+            # (``criterion(out, y).item()``) runs its own graph after a barrier placed before it.
+            found = looker.staying_reads(statement)
+            if not found or looker._other_reads(statement) or not all(_plain(r) for r in found):  # noqa: SLF001
+                return None
+            return BarrierSite(statements[index - 1], body, False, before_read=True)
+    return None
+
+
+def _plain(read: cst.CSTNode) -> bool:
+    """``loss.item()``, ``float(out.loss)``, ``losses[k].item()``: a read of a value, not of a computation."""
+    if isinstance(read, cst.Call):
+        if isinstance(read.func, cst.Attribute) and read.func.attr.value in kinds.READ_METHODS:
+            value = read.func.value
+        elif len(read.args) == 1:
+            value = read.args[0].value
+        else:
+            return False
+    else:
+        value = read
+    while isinstance(value, (cst.Attribute, cst.Subscript)):
+        value = value.value
+    return isinstance(value, cst.Name)

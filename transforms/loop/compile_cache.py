@@ -1,0 +1,105 @@
+"""XLA315 persistent-compile-cache: the program's entry file sets up torch_xla's persistent compilation cache.
+
+What it does:
+    In the file a program starts from (a ``__main__`` block, training code at module level, or the project
+    index's entry file) that uses a device or runs a training or evaluation loop, inserts once, right after
+    the leading imports::
+
+        xr.initialize_cache(os.path.expanduser("~/.cache/xla_compile"), readonly=False)
+
+    Module level, before anything runs on the device, so each process calls it once before its first
+    computation: a script started by ``torchrun`` runs it in every process, and a launcher's workers
+    (``torch_xla.launch``, ``xmp.spawn``; their processes start with the "spawn" method) run the module's
+    code again when they import it, and inherit the settings besides. Not in a notebook (a cell run twice
+    would call it after the first computation, which torch_xla refuses), nor in a file that already calls it
+    or builds an ``accelerate.Accelerator``. The ``2.9`` target only. The cache folder is in the change's
+    message.
+
+Why:
+    XLA compiles every distinct step graph; on a TPU a large model's first steps spend minutes compiling,
+    again at every start of the program. With the persistent cache, a later run (a restart, the next job
+    of a sweep, the evaluation run) loads the compiled programs from the folder instead. torch_xla requires
+    the call before any computation ("Computation cache has already been initialized" otherwise). On the CPU
+    (PJRT_DEVICE=CPU) torch_xla cannot load a cached program back: it logs "Deserializing serialized
+    executable not supported" and compiles as before.
+
+Example:
+    import torch
+
+    def main():
+        ...
+
+Use instead:
+    import os
+    import torch
+    import torch_xla.runtime as xr
+
+    xr.initialize_cache(os.path.expanduser("~/.cache/xla_compile"), readonly=False)
+
+    def main():
+        ...
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from xla_migrate.engine.rule import Rule
+from xla_migrate.syntax import patterns
+
+CACHE_FOLDER = "~/.cache/xla_compile"
+INITIALIZE_CACHE = "torch_xla.runtime.initialize_cache"
+_NOTEBOOK_CELL = "# xla-migrate:cell "
+_COMMENT = "# Persistent compilation cache: later runs of the program reuse the compiled graphs."
+
+
+class PersistentCompileCache(Rule):
+    code = "XLA315"
+    name = "persistent-compile-cache"
+    summary = "the entry file sets up torch_xla's persistent compilation cache (xr.initialize_cache) once"
+    targets = ("2.9",)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        ctx = self.ctx
+        if not self._entry() or ctx.facts.uses_accelerate or _NOTEBOOK_CELL in ctx.input_code:
+            return
+        if not (ctx.facts.device_bindings or ctx.steps.loops):
+            return
+        if any(INITIALIZE_CACHE in ctx.qualnames(call.func) for call in self._calls(node)):
+            return
+        body = list(node.body)
+        index = _after_leading_imports(body)
+        if index >= len(body):
+            return
+        os_name = ctx.local_name("os", "os")
+        code = ctx.spell("compile_cache", f'{os_name}.path.expanduser("{CACHE_FOLDER}")')
+        statement = ctx.statement(code).with_changes(
+            leading_lines=[cst.EmptyLine(comment=cst.Comment(_COMMENT))])
+        self.insert_before(body[index], [statement],
+                           f"persistent compilation cache in {CACHE_FOLDER}: {code} (once per process, before the "
+                           "first device use; later runs load compiled graphs instead of compiling)")
+
+    def _entry(self) -> bool:
+        ctx = self.ctx
+        if ctx.project is not None:
+            return ctx.project.is_entry
+        return ctx.facts.main_guard is not None or any(s.function is None for s in ctx.steps.loops.values())
+
+    def _calls(self, node: cst.Module) -> list[cst.Call]:
+        return patterns.find_all(node, lambda n: isinstance(n, cst.Call) and patterns.method_call(
+            n, "initialize_cache") is not None)  # type: ignore[return-value]
+
+
+def _after_leading_imports(body: list[cst.BaseStatement]) -> int:
+    """The index of the first statement after the module's docstring and leading imports (where the engine
+    adds the imports the output needs, so the call comes after them)."""
+    index = 1 if body and patterns.is_docstring(body[0]) else 0
+    while index < len(body) and patterns.is_ipython_placeholder(body[index]):
+        index += 1
+    last = None
+    for position in range(index, len(body)):
+        if patterns.is_import_line(body[position]):
+            last = position
+        elif last is not None or not patterns.is_docstring(body[position]):
+            break
+    return index if last is None else last + 1
