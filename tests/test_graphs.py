@@ -179,6 +179,24 @@ def test_a_computation_read_after_the_barrier_is_reported_when_no_rule_moves_it(
     assert line == 10 and "one more graph every step" in message
 
 
+def test_a_device_wait_in_every_step_is_reported():
+    result = run("""\
+        import time
+        import torch
+
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                start = time.time()
+                loss = (model(x) - y).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                print(time.time() - start)
+        """)
+    (line, message), = [(line, m) for line, m in findings(result, "XLA311") if "waits for the device" in m]
+    assert line == 10 and "every step" in message
+
+
 def test_host_reads_in_another_module_are_reported_with_the_helpers_line(tmp_path):
     write(tmp_path, {
         "metrics.py": """\

@@ -25,7 +25,8 @@ What it does:
     (under a ``try`` or ``with`` of the step) is reported with the reason; one that runs right before leaving
     the loop is not (it runs once). After the step's barrier a read of a value is free, but a read of a
     computation on the step's tensors (``loss_dict[k].mean().item()``) runs one more graph: reported when no
-    rule moves it.
+    rule moves it. ``torch.cuda.synchronize()`` in every step (``xm.wait_device_ops()`` on XLA) is reported
+    too: the host then waits for the device each step.
 
 Why:
     Each read runs the step's graph up to that value before the step ends: a second graph execution every
@@ -84,6 +85,7 @@ class LazyTensorHostReads(Rule):
         if not steps.may_read(node):
             self._external(node)
             self._scaler_state(node)
+            self._synchronize(node)
             return
         region = ctx.steps.region(node)
         if region is None or steps.in_step_closure(ctx, node):
@@ -121,6 +123,22 @@ class LazyTensorHostReads(Rule):
                            f"runs one more graph {every}",
                      "compute the value before the barrier (keep it a tensor: .detach()) and read it after, or "
                      "read it every N steps")
+
+    def _synchronize(self, node: cst.Call) -> None:
+        """``torch.cuda.synchronize()`` (``xm.wait_device_ops()`` on XLA) in every step: the host waits for the
+        device each step, so tracing the next step no longer overlaps the device's work."""
+        ctx = self.ctx
+        names = ctx.qualnames(node.func)
+        if not names & {"torch.cuda.synchronize", "torch_xla.core.xla_model.wait_device_ops"}:
+            return
+        region = ctx.steps.region(node)
+        if region is None or steps.in_step_closure(ctx, node) or self._runs_once(node, region):
+            return
+        every = "every step" if region.step.kind == "train" else "every evaluation batch"
+        self.finding(node, f"{short(node)}{steps.describe_path(ctx, region)}: the host waits for the device "
+                           f"{every} (xm.wait_device_ops() on XLA)",
+                     "drop it from the step (time steps with the host clock in a step closure, or wait once "
+                     "after the loop)")
 
     def _external(self, node: cst.Call) -> None:
         """A call into another module of the project that reads a tensor's value (the project index)."""
