@@ -160,6 +160,43 @@ def test_asserts_any_and_gradient_tests_are_reported_with_their_repetition():
     assert "once per iteration of the loop at line 33 over the parameters" in found[34]
 
 
+def test_a_computation_read_after_the_barrier_is_reported_when_no_rule_moves_it():
+    source = """\
+        import torch
+
+        def train(model, batches, optimizer, steps):
+            for _ in range(steps):
+                x, y = next(batches)
+                out = model(x)
+                loss = (out - y).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                if out.argmax(1).sum().item() > 3:
+                    print("many")
+        """
+    result = run(source, select=["XLA302", "XLA311"])
+    (line, message), = [(line, m) for line, m in findings(result, "XLA311") if "after the step's barrier" in m]
+    assert line == 10 and "one more graph every step" in message
+
+
+def test_a_device_wait_in_every_step_is_reported():
+    result = run("""\
+        import time
+        import torch
+
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                start = time.time()
+                loss = (model(x) - y).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                print(time.time() - start)
+        """)
+    (line, message), = [(line, m) for line, m in findings(result, "XLA311") if "waits for the device" in m]
+    assert line == 10 and "every step" in message
+
+
 def test_host_reads_in_another_module_are_reported_with_the_helpers_line(tmp_path):
     write(tmp_path, {
         "metrics.py": """\

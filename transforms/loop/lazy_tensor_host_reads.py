@@ -23,7 +23,10 @@ What it does:
     and line), and a kept GradScaler's ``get_scale()``/``state_dict()``. A read repeated by a loop below the
     step (over the parameters) says so: as many syncs per step. A logging statement XLA310 leaves in place
     (under a ``try`` or ``with`` of the step) is reported with the reason; one that runs right before leaving
-    the loop is not (it runs once).
+    the loop is not (it runs once). After the step's barrier a read of a value is free, but a read of a
+    computation on the step's tensors (``loss_dict[k].mean().item()``) runs one more graph: reported when no
+    rule moves it. ``torch.cuda.synchronize()`` in every step (``xm.wait_device_ops()`` on XLA) is reported
+    too: the host then waits for the device each step.
 
 Why:
     Each read runs the step's graph up to that value before the step ends: a second graph execution every
@@ -82,9 +85,13 @@ class LazyTensorHostReads(Rule):
         if not steps.may_read(node):
             self._external(node)
             self._scaler_state(node)
+            self._synchronize(node)
             return
         region = ctx.steps.region(node)
-        if region is None or steps.in_step_closure(ctx, node) or ctx.steps.after_step_end(node, region):
+        if region is None or steps.in_step_closure(ctx, node):
+            return
+        if ctx.steps.after_step_end(node, region):
+            self._computed_after_the_barrier(node, region)
             return
         if not steps.reads(ctx, node, set()) == [node] and not self._is_conversion(node, region):
             return
@@ -98,6 +105,40 @@ class LazyTensorHostReads(Rule):
                 self._report(node, region, kept[1], f"kept in place ({kept[0]}): reads a tensor's value to the host")
                 return
             self._report(node, region, ACCUMULATE, "reads a tensor's value to the host")
+
+    def _computed_after_the_barrier(self, node: cst.Call, region: Region) -> None:
+        """After the step's barrier a read of a value is free, but a read of a computation on the step's
+        tensors (``loss_dict[k].mean().item()``, ``out.argmax(1).tolist()``) runs one more graph for it."""
+        ctx = self.ctx
+        if steps.reads(ctx, node, set()) != [node] or ctx.steps.moves_read(node) or not self._is_outermost_read(
+                node, region):
+            return
+        value = node.func.value if isinstance(node.func, cst.Attribute) else (node.args[0].value if node.args else None)
+        if value is None or not patterns.find_all(value, lambda n: isinstance(n, cst.Call)):
+            return
+        if not steps.mentions(value, ctx.steps.tensor_names(region)) or self._runs_once(node, region):
+            return
+        every = "every step" if region.step.kind == "train" else "every evaluation batch"
+        self.finding(node, f"{short(node)}: computes on the step's tensors after the step's barrier, so the read "
+                           f"runs one more graph {every}",
+                     "compute the value before the barrier (keep it a tensor: .detach()) and read it after, or "
+                     "read it every N steps")
+
+    def _synchronize(self, node: cst.Call) -> None:
+        """``torch.cuda.synchronize()`` (``xm.wait_device_ops()`` on XLA) in every step: the host waits for the
+        device each step, so tracing the next step no longer overlaps the device's work."""
+        ctx = self.ctx
+        names = ctx.qualnames(node.func)
+        if not names & {"torch.cuda.synchronize", "torch_xla.core.xla_model.wait_device_ops"}:
+            return
+        region = ctx.steps.region(node)
+        if region is None or steps.in_step_closure(ctx, node) or self._runs_once(node, region):
+            return
+        every = "every step" if region.step.kind == "train" else "every evaluation batch"
+        self.finding(node, f"{short(node)}{steps.describe_path(ctx, region)}: the host waits for the device "
+                           f"{every} (xm.wait_device_ops() on XLA)",
+                     "drop it from the step (time steps with the host clock in a step closure, or wait once "
+                     "after the loop)")
 
     def _external(self, node: cst.Call) -> None:
         """A call into another module of the project that reads a tensor's value (the project index)."""
