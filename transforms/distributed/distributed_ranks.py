@@ -14,9 +14,10 @@ What it does:
     negated forms): true exactly when more than one XLA process runs. A rank or world size read before the
     launch (at module level, or as an argparse default in the ``__main__`` block, of a script whose
     ``__main__`` block starts the workers) is reported, not rewritten: the launcher's process has no
-    ordinal. Single-device scripts are left alone. In the ddp data-parallel form (``--data-parallel ddp``,
-    the ``2.9`` target's default) the process group stays, so the ranks are left as written; only a rank
-    used as a device index becomes the XLA device.
+    ordinal. Single-device scripts are left alone. In the ddp data-parallel form of the ``2.9`` target
+    torchrun still starts the workers, so the ranks are left as written; only a rank used as a device index
+    becomes the XLA device. The ddp form of ``sagemaker`` launches with ``xmp.spawn`` (no ``xla://`` in the
+    1.13 API), so its ranks are rewritten as in the xm form.
 
 Why:
     Under ``xmp.spawn`` / ``torch_xla.launch`` nothing sets torchrun's environment variables, and without
@@ -59,8 +60,8 @@ class DistributedRanks(Rule):
         self._flag_reads: set[cst.CSTNode] = set()
 
     def _read(self, node: cst.BaseExpression) -> None:
-        if not self.ctx.xm_form:
-            return  # the ddp form keeps the process group: env ranks and dist.get_rank() work as written
+        if not self.ctx.xla_launched:
+            return  # torchrun starts the ddp form's workers: env ranks and dist.get_rank() work as written
         concept = common.rank_read(self.ctx, node)
         if concept is None or node in self._flag_reads:
             return
@@ -101,7 +102,7 @@ class DistributedRanks(Rule):
         ``"WORLD_SIZE" in os.environ`` ask whether torchrun started the script. Under the XLA launcher those
         variables are unset (the first is always False, a rewritten read always True), so the flag becomes
         the test it meant: more than one XLA process runs."""
-        if not self.ctx.xm_form or len(node.comparisons) != 1:
+        if not self.ctx.xla_launched or len(node.comparisons) != 1:
             return
         target = node.comparisons[0]
         operator, right = target.operator, target.comparator
@@ -120,6 +121,8 @@ class DistributedRanks(Rule):
                     positive = isinstance(operator, (cst.NotEqual, cst.IsNot))
         if positive is None:
             return
+        if common.master_guard(self.ctx, node) is not None and common.active(self.ctx, "XLA402"):
+            return  # os.getenv("RANK", "0") == "0" asks "am I rank 0", not "did torchrun start me" (XLA402)
         if read is not None:
             self._flag_reads.add(read)
         world = self.ctx.spell("world_size")
@@ -144,7 +147,7 @@ class DistributedRanks(Rule):
             return
         self._read(node)
         self._device_index(node)
-        if not self.ctx.xm_form:
+        if not self.ctx.xla_launched:
             return
         self._local_rank_argument(node)
         name = common.dist_call(self.ctx, node, *common.DIST_CONCEPTS)
@@ -173,6 +176,8 @@ class DistributedRanks(Rule):
         index = args[0].value
         name = patterns.dotted_name(index)
         if name is None or not common.RANK_INDEX_NAME.match(name.rsplit(".", 1)[-1]):
+            return
+        if isinstance(index, cst.Name) and not common.is_process_rank(self.ctx, index):
             return
         device = self.ctx.device_reference(node, self.code)
         self.replace(index, patterns.parsed_expression(device), f".to({name}) -> .to({device}): the rank was a CUDA "

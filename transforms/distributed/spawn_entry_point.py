@@ -96,7 +96,7 @@ class SpawnEntryPoint(Rule):
                 self._convert(call)
         elif _MP_FN in self._functions or self._launched:
             return
-        elif ctx.ddp_form:
+        elif ctx.ddp_form and not ctx.xla_launched:
             return  # the ddp form keeps the launcher: torchrun starts the workers, xla:// finds them
         elif not self._entry_point():
             return
