@@ -264,8 +264,8 @@ AUTO_CASES = {
         loss.backward()
         dispatch_clip_grad(model.parameters(), 1.0)
         opt.step()
-    """, "auto: line 18: dispatch_clip_grad(model.parameters(), 1.0) may read or change the local gradients "
-         "before opt.step() all-reduces them (in xm.optimizer_step)"),
+    """, "auto: line 18: dispatch_clip_grad(model.parameters(), 1.0) is handed the model or the optimizer "
+         "between the backward and the update: it may read the gradients"),
     "two optimizers": ("", """\
         loss.backward()
         opt.step()
@@ -343,16 +343,28 @@ def test_xm_form_reduces_each_branch_and_each_update_of_its_own(target):
     assert auto.data_parallel == "ddp" and auto.data_parallel_reason.startswith("auto: 4 optimizer updates")
 
 
-def test_xm_form_reports_each_update_it_leaves_unreduced_and_exits_1(tmp_path):
-    source = (FIXTURES / "XLA413" / "hidden_gradient_reader.in.py").read_text()
+def test_xm_form_reduces_before_a_helper_it_cannot_follow():
+    """``dispatch_clip_grad(model.parameters(), ...)`` (timm) may read the gradients: auto keeps DDP; the xm form
+    asked for by name all-reduces right after the backward, before the helper, and steps without reducing."""
+    source = (FIXTURES / "XLA406" / "helper_handed_the_model.in.py").read_text()
+    assert migrate(source, target="2.9").data_parallel == "ddp"
     result = migrate(source, target="2.9", data_parallel="xm")
-    assert [(f.line, f.code) for f in result.unreduced_updates] == [(18, "XLA413")]
-    assert "dispatch_clip_grad(model.parameters(), 1.0, mode=\"agc\") may read or change the local gradients" in (
-        result.unreduced_updates[0].message)
-    assert migrate(source, target="2.9").data_parallel == "ddp", "auto never gives the xm form to it"
-    helper = (FIXTURES / "XLA413" / "update_helper_without_backward.in.py").read_text()
-    reported = migrate(helper, target="sagemaker", data_parallel="xm").unreduced_updates
+    assert result.unreduced_updates == []
+    assert ("        loss.backward()\n"
+            "        # All-reduce the gradients once, before they are read (unscale_/clip); the step does not reduce again.\n"
+            "        gradients = xm._fetch_gradients(optimizer)\n"
+            "        xm.all_reduce(\"sum\", gradients, scale=1.0 / xr.world_size())\n"
+            "        dispatch_clip_grad(model.parameters(), 1.0, mode=\"agc\")\n"
+            "        optimizer.step()\n") in result.code
+
+
+def test_xm_form_reports_each_update_it_leaves_unreduced_and_exits_1(tmp_path):
+    source = (FIXTURES / "XLA413" / "update_helper_without_backward.in.py").read_text()
+    reported = migrate(source, target="sagemaker", data_parallel="xm").unreduced_updates
     assert [f.line for f in reported] == [14] and "steps the local gradients" in reported[0].message
+    on_2_9 = migrate(source, target="2.9", data_parallel="xm").unreduced_updates
+    assert [f.line for f in on_2_9] == [13] and "each replica clips by its own norm" in on_2_9[0].message
+    assert migrate(source, target="2.9").data_parallel == "ddp", "auto never gives the xm form to it"
     script = tmp_path / "train.py"
     script.write_text(source)
     forced = _invoke(str(script), "--target", "2.9", "--data-parallel", "xm", "--out", str(tmp_path / "out.py"))
@@ -361,3 +373,176 @@ def test_xm_form_reports_each_update_it_leaves_unreduced_and_exits_1(tmp_path):
     tree = _invoke(str(tmp_path), "--target", "2.9", "--data-parallel", "xm", "--out", str(tmp_path / "tree"),
                    "-j", "1")
     assert tree.exit_code == 1
+
+
+# What auto chooses for the runnable fixtures and fixture projects (the proof tier runs both forms of each) --------
+
+AUTO_FORMS = {"ddp_torchrun": "xm", "ddp_env_flag": "xm", "ddp_helpers": "xm", "ddp_world_size_arg": "xm",
+              "ddp_amp_branches": "ddp", "gan_four_updates": "ddp"}
+PROJECT_FORMS = {
+    "ddp_project": ("ddp", "utils.py:45: the update runs in LossScaler.__call__, which no training loop of its "
+                           "module calls (a helper another module's loop calls)"),
+    "scaler_project": ("ddp", "utils.py:37: the update runs in NativeScaler.__call__, which no training loop"),
+    "clip_helper_project": ("ddp", "train.py:36: clip_gradients(model, 0.3) is handed the model or the optimizer"),
+    "allreduce_hooks_project": ("ddp", "the program reduces gradients itself (distributed.py:14 "
+                                       "dist.all_reduce(coalesced))"),
+}
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+@pytest.mark.parametrize("name", sorted(AUTO_FORMS))
+def test_auto_form_of_each_runnable_fixture(name, target):
+    path = FIXTURES / "runnable" / f"{name}.py"
+    path = path if path.exists() else FIXTURES / "scripts" / f"{name}.in.py"
+    result = migrate(path.read_bytes(), target=target, path=path.name)
+    assert result.data_parallel == AUTO_FORMS[name], result.data_parallel_reason
+
+
+@pytest.mark.parametrize("name", sorted(PROJECT_FORMS))
+def test_auto_form_of_each_fixture_project_is_one_for_all_its_modules(name):
+    from xla_migrate.analysis.project import build_index
+
+    root = FIXTURES / "projects" / name
+    files = sorted(root.glob("*.py"))
+    index = build_index(str(root), [str(f) for f in files])
+    form, reason = PROJECT_FORMS[name]
+    for target in ("sagemaker", "2.9"):
+        results = [migrate(f.read_bytes(), target=target, path=str(f), project=index) for f in files]
+        assert {r.data_parallel for r in results} - {""} == {form}, name
+        reasons = {r.data_parallel_reason for r in results} - {""}
+        assert len(reasons) == 1 and reasons.pop().startswith(f"auto: {reason}"), name
+
+
+# The rest of issue 28's list --------------------------------------------------------------------------------------
+
+
+def test_a_loop_variable_named_rank_is_no_process_rank():
+    source = textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+
+
+        def main(scores):
+            dist.init_process_group("nccl")
+            rank = dist.get_rank()
+            for rank_position, (rank, score) in enumerate(sorted(scores)):
+                if rank == 0:
+                    print("best", score)
+            best = [s for rank, s in scores if rank == 0]
+            if rank == 0:
+                print(best)
+        ''')
+    code = migrate(source, target="sagemaker", data_parallel="xm").code
+    # the loop variable and the comprehension's: a position in a ranking; the process rank: rewritten
+    assert code.count("if rank == 0:") == 1 and "s for rank, s in scores if rank == 0]" in code
+    assert code.count("xm.is_master_ordinal(local=False)") == 0 or "rank = xm.get_ordinal()" in code
+
+
+def test_an_env_rank_zero_test_is_a_master_test_not_a_launcher_flag():
+    source = _ddp_program("", "loss.backward()\nopt.step()\n") + textwrap.indent(textwrap.dedent('''\
+            if os.getenv("RANK", "0") == "0":
+                torch.save(model.state_dict(), "ckpt.pt")
+        '''), "    ")
+    for target, master in (("sagemaker", "xm.is_master_ordinal(local=False)"), ("2.9", "xm.is_master_ordinal(local=False)")):
+        code = migrate(source, target=target, data_parallel="xm").code
+        assert f"    if {master}:\n" in code and "world_size() == 1" not in code and "xrt_world_size() == 1" not in code
+
+
+@pytest.mark.parametrize("form", ["ddp", "xm"])
+def test_sync_batchnorm_conversion_goes_in_both_forms(form):
+    source = _ddp_program("", "loss.backward()\nopt.step()\n").replace(
+        "    model = DDP(model, device_ids=[local_rank])\n",
+        "    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)\n"
+        "    model = DDP(model, device_ids=[local_rank])\n")
+    result = migrate(source, target="2.9", data_parallel=form)
+    assert "SyncBatchNorm" not in result.code
+    assert any("each replica normalises its own batch" in c.message for c in result.changes)
+
+
+def test_collectives_with_the_defaults_spelled_out_are_rewritten_and_others_keep_the_group():
+    source = textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+
+
+        def main(t, tensors):
+            dist.init_process_group("nccl")
+            dist.all_reduce(t, dist.ReduceOp.SUM, async_op=False)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=dist.group.WORLD)
+            torch.distributed.all_gather(tensors, t, async_op=False)
+            torch.distributed.broadcast(t, src=0, group=None)
+        ''')
+    code = migrate(source, target="sagemaker", data_parallel="xm").code
+    assert code.count('xm.all_reduce("sum", [t])') == 2 and "xm.collective_broadcast([t], root_ordinal=0)" in code
+    assert "init_process_group" not in code and "dist." not in code
+    kept = migrate(source + "    dist.all_reduce(t, async_op=True)\n", target="sagemaker", data_parallel="xm")
+    assert 'dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size())' in kept.code
+    assert any(f.code == "XLA410" and "the process group stays" in f.message for f in kept.findings)
+
+
+def test_the_group_stays_for_a_collective_of_another_module(tmp_path):
+    """MoCo's shape: builder.py's concat_all_gather uses dist.all_gather_object (no xm form); main.py sets up the
+    group. One program: main.py keeps the group on the xla backend."""
+    from xla_migrate.analysis.project import build_index
+
+    (tmp_path / "builder.py").write_text(textwrap.dedent('''\
+        import torch.distributed as dist
+
+
+        def gather_names(name):
+            names = [None] * dist.get_world_size()
+            dist.all_gather_object(names, name)
+            return names
+        '''))
+    (tmp_path / "main.py").write_text(textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+
+        from builder import gather_names
+
+
+        def main():
+            dist.init_process_group("nccl")
+            print(gather_names("me"))
+
+
+        if __name__ == "__main__":
+            main()
+        '''))
+    index = build_index(str(tmp_path), [str(tmp_path / "builder.py"), str(tmp_path / "main.py")])
+    main = migrate((tmp_path / "main.py").read_text(), path=str(tmp_path / "main.py"), target="sagemaker",
+                   project=index, data_parallel="xm")
+    assert 'dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size())' in main.code
+    assert any("builder.py:6 dist.all_gather_object(names, name)" in f.message for f in main.findings)
+
+
+def test_nothing_reads_the_xla_runtime_before_the_spawn():
+    source = textwrap.dedent('''\
+        import os
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+
+        def worker(gpu, ngpus_per_node, world_size, batch_size):
+            dist.init_process_group("nccl", rank=gpu, world_size=world_size)
+            print(batch_size // ngpus_per_node)
+
+
+        def main():
+            world_size = int(os.environ["WORLD_SIZE"])
+            ngpus_per_node = torch.cuda.device_count()
+            mp.spawn(worker, nprocs=ngpus_per_node, args=(ngpus_per_node, world_size, 256))
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    result = migrate(source, target="2.9", data_parallel="xm")
+    assert '    world_size = int(os.environ["WORLD_SIZE"])\n' in result.code, "read in the launcher: reported"
+    assert any(f.code == "XLA401" and "read before the launch" in f.message for f in result.findings)
+    # the device count the launcher passed is CUDA's (0): the worker rebinds it to the XLA world size
+    assert ("def worker(gpu, ngpus_per_node, world_size, batch_size):\n"
+            "    # The XLA launcher starts one process per XLA device: the launcher's count was CUDA's (0 here).\n"
+            "    ngpus_per_node = xr.world_size()\n") in result.code
+    assert "torch_xla.launch(worker, args=(ngpus_per_node, world_size, 256))" in result.code

@@ -54,6 +54,19 @@ def dist_call(ctx: MigrationContext, node: cst.CSTNode, *names: str) -> str | No
     return None
 
 
+def neutral_argument(ctx: MigrationContext, keyword: str, value: cst.BaseExpression) -> bool:
+    """A collective's argument that asks for nothing an xm collective does not do: ``async_op=False``,
+    ``group=None`` or the default group (``group=dist.group.WORLD``)."""
+    if keyword == "async_op":
+        return patterns.dotted_name(value) == "False"
+    if keyword == "group":
+        if patterns.dotted_name(value) == "None":
+            return True
+        return any(q in ("torch.distributed.group.WORLD", "torch.distributed.distributed_c10d.group.WORLD",
+                         "torch.distributed.GroupMember.WORLD") for q in ctx.qualnames(value))
+    return False
+
+
 # Rank reads ---------------------------------------------------------------------------------------------
 ENV_CONCEPTS = {"LOCAL_RANK": "local_ordinal", "RANK": "ordinal", "WORLD_SIZE": "world_size"}
 DIST_CONCEPTS = {"get_rank": "ordinal", "get_world_size": "world_size", "get_node_local_rank": "local_ordinal"}
@@ -109,11 +122,19 @@ def master_kind(ctx: MigrationContext, node: cst.BaseExpression) -> str | None:
 
 
 def is_process_rank(ctx: MigrationContext, name: cst.Name) -> bool:
-    """A variable named like a rank holds a process rank, by where its value comes from: not when every
-    binding of it in the scope that holds it is a loop or comprehension target (``for rank, item in
-    enumerate(ranking)``), or an assignment from something that is no rank (``rank = order[i]``). A
+    """A variable named like a rank holds a process rank, by where its value comes from: not inside a loop
+    that binds it (``for rank, item in enumerate(ranking):``), nor when every binding of it in the scope that
+    holds it is a loop or comprehension target, or an assignment from something that is no rank (``rank =
+    order[i]``). A
     parameter, a constant, a rank read (``os.environ["RANK"]``, ``dist.get_rank()``), a rank-named value
     (``args.rank``, ``utils.get_rank()``) or any other binding keeps it a rank."""
+    current = ctx.parent(name)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        # Inside a loop that binds the name, the loop's value reaches the use (for rank, x in enumerate(...)).
+        if isinstance(current, cst.For) and patterns.find_all(
+                current.target, lambda n: isinstance(n, cst.Name) and n.value == name.value):
+            return False
+        current = ctx.parent(current)
     for scope in ctx.visible_scopes(name):
         bindings = [a.node for a in scope.assignments[name.value]]
         if not bindings:

@@ -55,6 +55,7 @@ import libcst as cst
 
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
+from xla_migrate.transforms.distributed import dist_all_reduce_to_xm as all_reduce_rule
 from xla_migrate.transforms.distributed import dist_gather_broadcast_to_xm as gather_broadcast
 from xla_migrate.transforms.distributed import distributed_common as common
 from xla_migrate.transforms.common import short
@@ -103,7 +104,9 @@ class ProcessGroupToXla(Rule):
                 self._on_xla_backend(node)
             return  # the process group stays: helpers and collectives work as written
         if name == "all_reduce" and common.active(ctx, "XLA410"):
-            return  # XLA410 rewrites it (or reports it)
+            if all_reduce_rule.rewritable(ctx, node) is None:
+                self._deferred.append((node, "all_reduce_kept"))  # XLA410 reports it; the group stays for it
+            return  # XLA410 rewrites it
         if common.active(ctx, "XLA411") and gather_broadcast.arguments(ctx, node) is not None:
             return  # XLA411 rewrites it into an xm collective
         if name in (*REMOVED, "is_initialized") or name in COLLECTIVES:
@@ -117,10 +120,19 @@ class ProcessGroupToXla(Rule):
         self._deferred: list[tuple[cst.Call, str]] = []
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        # all_reduce has an xm form (XLA410); the others do not.
-        unmapped = [node for node, name in self._deferred if name in COLLECTIVES and name != "all_reduce"]
-        keep = bool(unmapped) and "xla_process_group" in self.ctx.target.spellings
+        # all_reduce has an xm form (XLA410), unless XLA410 cannot rewrite the call; the others have none. A
+        # collective without one anywhere in the program (another module of a project) keeps the group too.
+        unmapped = [node for node, name in self._deferred if name == "all_reduce_kept" or (
+            name in COLLECTIVES and name != "all_reduce")]
+        elsewhere = self._unmapped_elsewhere()
+        keep = bool(unmapped or elsewhere) and "xla_process_group" in self.ctx.target.spellings
         for node, name in self._deferred:
+            if name == "all_reduce_kept":
+                continue
+            if keep and name == "init_process_group" and elsewhere and not unmapped:
+                self.finding(node, f"{short(node)}: the process group stays, on the xla backend, for a collective "
+                             f"without an xm form in another module of the program ({elsewhere})",
+                             "replace that collective with an xm one, and the process group can go")
             if not keep:
                 self._rewrite(node, name)
             elif name == "init_process_group":
@@ -131,6 +143,18 @@ class ProcessGroupToXla(Rule):
                              "init_method=\"xla://\")), and the call keeps working",
                              f"or replace it with an xm collective ({self.ctx.spell('all_gather')}, "
                              f"{self.ctx.spell('all_reduce')}) and remove the process group")
+
+    def _unmapped_elsewhere(self) -> str:
+        """Where another module of the program calls a collective without an xm form ("" when none does)."""
+        project = self.ctx.project
+        if project is None:
+            return ""
+        from xla_migrate.analysis.update_sites import program_of
+
+        program = program_of(project.index, project.rel)
+        found = [f"{rel}:{site.line} {site.what}" for rel, site in program.sites("collectives_without_xm")
+                 if rel != project.rel]
+        return ", ".join(found[:3])
 
     def _rewrite(self, node: cst.Call, name: str) -> None:
         ctx = self.ctx

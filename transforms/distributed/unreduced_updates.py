@@ -7,13 +7,11 @@ What it does:
     the backward that feeds it and before anything reads them. Each update that misses it is reported, with
     the reason: a ``scaler.step(opt)`` of a kept GradScaler in a helper whose backward is in another module
     (nothing all-reduces before it), a step not taken for an optimizer's (it stays as it is), clipping or
-    ``.grad`` reads there before an ``xm.optimizer_step`` that averages afterwards, a call the step model
-    cannot follow that is handed the model or the optimizer between the backward and the update
-    (``clip_gradients(model, clip)`` from another module, timm's ``dispatch_clip_grad``), an explicit
-    all-reduce that cannot be placed after its backward. ``xla-migrate`` exits 1 when any is reported.
-    ``auto`` never gives the xm form to such a program: it takes the ddp form there (the report says why).
-    (A helper that runs both the backward and the update, a loss scaler's ``__call__`` another module
-    calls, is reduced where it is: XLA406.)
+    ``.grad`` reads there before an ``xm.optimizer_step`` that averages afterwards, an explicit all-reduce
+    that cannot be placed after its backward. ``xla-migrate`` exits 1 when any is reported. ``auto`` never
+    gives the xm form to such a program: it takes the ddp form there (the report says why). (XLA406 reduces
+    where it can: after the backward, before a helper handed the model or the optimizer, in a helper that
+    runs both the backward and the update, a loss scaler's ``__call__`` that another module calls.)
 
 Why:
     An update that steps local gradients trains each replica on its own batch only: the replicas' weights

@@ -13,8 +13,8 @@ backward and broadcast the weights when it wrapped the model) everywhere else. S
 - in that module the step model sees the update in a training loop, with its backward in the same function
   (not a ``__call__``: a loss scaler object), in the same branch or one enclosing it, and no call between
   them that the step model cannot follow hands the model, its parameters or the optimizer to other code (a
-  project ``clip_gradients(model)``, timm's ``dispatch_clip_grad``): such a helper would read the local
-  gradients before ``xm.optimizer_step`` averages them;
+  project ``clip_gradients(model)``, timm's ``dispatch_clip_grad``: it may read the gradients; the xm form
+  asked for by name reduces before it, reductions.py);
 - the update's reduction can be placed (``update_problems`` finds nothing).
 
 Anything else gets the ddp form, and the report says why. ``update_problems`` is also what the xm form, when
@@ -33,10 +33,9 @@ import libcst as cst
 from ..syntax import patterns
 from . import update_sites
 from .facts import is_optimizer_param_name
-from .steps.collect import _is_scaler, _receiver, is_model_call
-from .steps.kinds import (_MODEL_NAME, _OPTIMIZER_NAME, BACKWARD, CLIP, CLIP_GRADS, GRAD, OPTIMIZER_STEP, STEP, UNSCALE,
-                          StepLoop)
-from .steps.reductions import helper_steps, step_optimizer, step_reductions, touches
+from .steps.collect import _is_scaler, _receiver
+from .steps.kinds import BACKWARD, CLIP, GRAD, OPTIMIZER_STEP, STEP, UNSCALE
+from .steps.reductions import helper_steps, hidden_gradient_readers, step_optimizer, step_reductions, touches
 
 if TYPE_CHECKING:
     from ..engine.context import MigrationContext
@@ -171,7 +170,11 @@ def owner_verdict(ctx: MigrationContext, rel: str = "") -> Verdict:
     update, backward = updates[0], backwards[0]
     found = _loop_event(ctx, update)
     if found is None:
-        return Verdict("ddp", f"{at(update)}: the update runs in no training loop of its module")
+        function = model.function_of(update)
+        name = f"{model.class_of(function)}.{function.name.value}" if function is not None and model.class_of(
+            function) else (function.name.value if function is not None else "the module's code")
+        return Verdict("ddp", f"{at(update)}: the update runs in {name}, which no training loop of its module "
+                              "calls (a helper another module's loop calls)")
     step, event = found
     if any(e.external for e in step.events):
         return Verdict("ddp", f"{at(update)}: the training step calls another module's backward or update")
@@ -186,6 +189,10 @@ def owner_verdict(ctx: MigrationContext, rel: str = "") -> Verdict:
         return Verdict("ddp", f"{at(update)}: the update comes before its backward")
     if not _same_or_enclosing_branch(ctx, backward, update):
         return Verdict("ddp", f"{at(update)}: the backward and the update are in different branches")
+    readers = hidden_gradient_readers(ctx, backward, update)
+    if readers:
+        return Verdict("ddp", f"{at(readers[0])}: {_code(readers[0])} is handed the model or the optimizer between "
+                              "the backward and the update: it may read the gradients")
     where = f"{holder.name.value}()" if holder is not None else "the module's code"
     return Verdict("xm", f"one update ({at(update)}: {_code(update)}) after its backward in {where}: reduced "
                          "once; weights broadcast from ordinal 0")
@@ -219,12 +226,6 @@ def update_problems(ctx: MigrationContext) -> list[Problem]:
         if not is_rewritten_step(ctx, update):
             problems.append(Problem(update, f"{_code(update)} is not taken for an optimizer step: it stays as it "
                                     "is and steps the local gradients", _FIX))
-            continue
-        backward = _backward_of(ctx, step, event)
-        if backward is not None:
-            for reader in hidden_gradient_readers(ctx, backward, update):
-                problems.append(Problem(reader, f"{_code(reader)} may read or change the local gradients before "
-                                        f"{_code(update)} all-reduces them (in xm.optimizer_step)", _FIX))
     return problems
 
 
@@ -302,12 +303,6 @@ def _helper_event(ctx: MigrationContext, update: cst.CSTNode):
     return None
 
 
-def _backward_of(ctx: MigrationContext, step: StepLoop, event):
-    order = ctx.steps._order
-    before = [e for e in step.events if e.kind == BACKWARD and not e.external and order(e) < order(event)]
-    return max(before, key=order).node if before else None
-
-
 def _same_or_enclosing_branch(ctx: MigrationContext, backward: cst.CSTNode, update: cst.CSTNode) -> bool:
     """The backward's block, or the block of the loops around it (micro-steps), is the update's or one around
     it (the update under an accumulation's ``if``): both run on one path, no ``if`` chooses between them."""
@@ -330,71 +325,6 @@ def _block_of(ctx: MigrationContext, node: cst.CSTNode) -> cst.CSTNode | None:
     while current is not None and not isinstance(current, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.Module)):
         current = ctx.parent(current)
     return current
-
-
-# Calls between a backward and its update that may read the gradients -------------------------------------------
-
-# Methods of a model or optimizer that do not read the gradients.
-_SAFE_METHODS = frozenset({"zero_grad", "train", "eval", "state_dict", "parameters", "named_parameters", "modules",
-                           "children", "to", "cuda", "cpu", "requires_grad_", "forward", "step", "append", "item",
-                           "detach", "float", "half", "buffers", "named_buffers", "add_param_group"})
-_SAFE_CALLS = ("builtins.print", "builtins.len", "builtins.isinstance", "builtins.range", "builtins.enumerate",
-               "builtins.float", "builtins.int", "builtins.str", "builtins.max", "builtins.min", *CLIP_GRADS)
-
-
-def hidden_gradient_readers(ctx: MigrationContext, backward: cst.CSTNode, update: cst.CSTNode) -> list[cst.Call]:
-    """Calls between ``backward`` and ``update`` (in the function holding both) that the step model cannot
-    follow and that are handed the model, its parameters, their gradients or the optimizer."""
-    function = ctx.steps.function_of(update)
-    root: cst.CSTNode = function if function is not None else ctx.module
-    low, high = ctx.position(backward), ctx.position(update)
-    found = []
-    for call in patterns.find_all(root, lambda n: isinstance(n, cst.Call)):
-        if not (low < ctx.position(call) < high) or ctx.steps.function_of(call) is not function:
-            continue
-        if _is_inside(ctx, call, backward) or _is_inside(ctx, call, update):
-            continue
-        if ctx.steps.callee(call) is not None or ctx.is_call_to(call, *_SAFE_CALLS) or is_model_call(call, ctx):
-            continue
-        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-        receiver = patterns.dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
-        if method in ("unscale_", "scale", "update", "get_scale") and _is_scaler(ctx, receiver):
-            continue
-        if receiver is not None and _holds_gradients(ctx, receiver) and method not in _SAFE_METHODS:
-            found.append(call)
-        elif any(_mentions_gradients(ctx, a.value) for a in call.args):
-            found.append(call)
-    return found
-
-
-def _is_inside(ctx: MigrationContext, node: cst.CSTNode, container: cst.CSTNode) -> bool:
-    current = ctx.parent(node)
-    while current is not None:
-        if current is container:
-            return True
-        current = ctx.parent(current)
-    return False
-
-
-def _holds_gradients(ctx: MigrationContext, name: str) -> bool:
-    """A model or an optimizer, by what the script binds or by its name."""
-    last = name.rsplit(".", 1)[-1]
-    return (name in ctx.facts.optimizers or name in ctx.facts.ddp_models or bool(_MODEL_NAME.search(last))
-            or bool(_OPTIMIZER_NAME.search(last)))
-
-
-def _mentions_gradients(ctx: MigrationContext, node: cst.BaseExpression) -> bool:
-    for part in patterns.find_all(node, lambda n: isinstance(n, (cst.Name, cst.Attribute, cst.Call))):
-        if isinstance(part, cst.Call):
-            if patterns.method_call(part, "parameters") or patterns.method_call(part, "named_parameters"):
-                return True
-            continue
-        if isinstance(part, cst.Attribute) and part.attr.value == "grad":
-            return True
-        name = patterns.dotted_name(part)
-        if name is not None and _holds_gradients(ctx, name):
-            return True
-    return False
 
 
 def _code(node: cst.CSTNode) -> str:

@@ -34,6 +34,7 @@ class Site:
     line: int
     function: str  # dotted: ``train``, ``Trainer.fit``, ``NativeScaler.__call__``; "" at module level
     what: str  # the call as a short text: ``optimizer.step()``
+    column: int = 1
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class ModuleUpdates:
     # (site, plain statement ``x = DDP(x, ...)``) per DistributedDataParallel call
     ddp_wraps: tuple[tuple[Site, bool], ...] = ()
     own_reductions: tuple[Site, ...] = ()
+    # torch.distributed collectives no xm collective replaces (gather, scatter, *_object, send/recv...), or
+    # called with a process group or async_op=True: the process group must stay for them
+    collectives_without_xm: tuple[Site, ...] = ()
     error: bool = False
 
 
@@ -57,7 +61,8 @@ def summarize(source: str | bytes) -> ModuleUpdates:
     collector = _Collector()
     collector.visit(tree)
     return ModuleUpdates(tuple(collector.backwards), tuple(collector.updates), tuple(collector.optimizers),
-                         tuple(collector.ddp_wraps), tuple(collector.own_reductions))
+                         tuple(collector.ddp_wraps), tuple(collector.own_reductions),
+                         tuple(collector.collectives_without_xm))
 
 
 _CACHE: dict[tuple[str, int, int], ModuleUpdates] = {}
@@ -87,6 +92,7 @@ class _Collector(ast.NodeVisitor):
     optimizers: list[Site] = field(default_factory=list)
     ddp_wraps: list[tuple[Site, bool]] = field(default_factory=list)
     own_reductions: list[Site] = field(default_factory=list)
+    collectives_without_xm: list[Site] = field(default_factory=list)
     _names: list[str] = field(default_factory=list)
     _grad_functions: list[bool] = field(default_factory=list)
 
@@ -94,7 +100,7 @@ class _Collector(ast.NodeVisitor):
         super().__init__()
 
     def _site(self, node: ast.AST, what: str) -> Site:
-        return Site(getattr(node, "lineno", 0), ".".join(self._names), what)
+        return Site(getattr(node, "lineno", 0), ".".join(self._names), what, getattr(node, "col_offset", 0) + 1)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self._names.append(node.name)
@@ -139,7 +145,28 @@ class _Collector(ast.NodeVisitor):
             self.own_reductions.append(self._site(node, _short(node)))
         elif last in _REDUCTIONS and (self._grad_functions[-1:] == [True] or _mentions_grad(node)):
             self.own_reductions.append(self._site(node, _short(node)))
+        if dotted.startswith(_DIST_PREFIXES) and (last in _WITHOUT_XM or (last in _WITH_XM and _asks_more(node))):
+            self.collectives_without_xm.append(self._site(node, _short(node)))
         self.generic_visit(node)
+
+
+_DIST_PREFIXES = ("dist.", "torch.distributed.", "distributed.")
+_WITH_XM = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast")
+_WITHOUT_XM = ("gather", "scatter", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+               "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv",
+               "isend", "irecv", "new_group", "monitored_barrier")
+
+
+def _asks_more(node: ast.Call) -> bool:
+    """A collective called with a process group (other than None / the default group) or async_op=True."""
+    for keyword in node.keywords:
+        value = keyword.value
+        if keyword.arg == "async_op" and not (isinstance(value, ast.Constant) and value.value is False):
+            return True
+        if keyword.arg == "group" and not ((isinstance(value, ast.Constant) and value.value is None)
+                                           or (_dotted(value) or "").endswith("group.WORLD")):
+            return True
+    return False
 
 
 def _is_ddp(node: ast.Call) -> bool:

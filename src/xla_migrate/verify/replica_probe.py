@@ -9,8 +9,9 @@ weights. At world size 1 nothing differs between replicas, so the probe records 
 - every gradient reduction: ``xm.reduce_gradients`` (what ``xm.optimizer_step`` calls: at world size 1 it
   reduces nothing, so the probe records the gradients it would reduce) and ``xm.all_reduce`` given a list of
   tensors (in place: the explicit ``xm._fetch_gradients`` + ``xm.all_reduce``), by the tensors it got,
-  and DDP's reduction on the ``xla`` process group (``ProcessGroupXla.allreduce``, which DDP's reducer calls
-  for its gradient buckets during the backward of a DDP-wrapped module);
+  and reductions on the ``xla`` process group (``ProcessGroupXla.allreduce``) while a backward runs: DDP's
+  reducer all-reduces its gradient buckets then, and so do a program's own gradient hooks (``by``: "ddp" or
+  "hooks"); a metric's ``dist.all_reduce`` after the backward does not count;
 - every optimizer update (a global step pre-hook, so ``opt.step()``, ``scaler.step(opt)`` and
   ``xm.optimizer_step(opt)`` alike): whether each gradient it steps was reduced since the last backward, and
   how many times;
@@ -41,8 +42,10 @@ _FETCHED: dict[int, tuple[object, int]] = {}
 # ids of tensors broadcast from ordinal 0, and of the parameters of modules DDP wrapped
 _BROADCAST: set[int] = set()
 _DDP_PARAMETERS: set[int] = set()
-# DDP reductions since the last backward began (its reducer all-reduces during the backward itself)
+# Reductions on the xla process group during the last backward (DDP's reducer, or the program's own gradient
+# hooks, all-reduce while the backward runs; a metric's dist.all_reduce after it does not count).
 _DDP_SINCE: dict[str, int] = {"count": 0}
+_IN_BACKWARD = threading.local()
 
 
 def _record_backward() -> None:
@@ -57,13 +60,23 @@ def _patch_backward(torch) -> None:
     original_tensor_backward = torch.Tensor.backward
     original_autograd_backward = torch.autograd.backward
 
+    def running(function, *args, **kwargs):
+        _IN_BACKWARD.depth = getattr(_IN_BACKWARD, "depth", 0) + 1
+        _STATE["backwards_running"] = _STATE.get("backwards_running", 0) + 1
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _IN_BACKWARD.depth -= 1
+            _STATE["backwards_running"] -= 1
+
     def tensor_backward(self, *args, **kwargs):
         _record_backward()
-        return original_tensor_backward(self, *args, **kwargs)
+        return running(original_tensor_backward, self, *args, **kwargs)
 
     def autograd_backward(*args, **kwargs):
-        _record_backward()
-        return original_autograd_backward(*args, **kwargs)
+        if not getattr(_IN_BACKWARD, "depth", 0):
+            _record_backward()
+        return running(original_autograd_backward, *args, **kwargs)
 
     # Tensor.backward calls torch.autograd.backward: a backward counts once (the counter only clears state).
     torch.Tensor.backward = tensor_backward
@@ -132,9 +145,11 @@ def _patch_process_group(backend) -> None:
     allreduce = group.allreduce
 
     def probed_allreduce(self, *args, **kwargs):
+        # The reducer's thread may differ from the one that called backward: any backward running counts.
         with _LOCK:
             _STATE["ddp_reductions"] += 1
-            _DDP_SINCE["count"] += 1
+            if _STATE.get("backwards_running", 0):
+                _DDP_SINCE["count"] += 1
         return allreduce(self, *args, **kwargs)
 
     group.allreduce = probed_allreduce
@@ -159,7 +174,9 @@ def _pre_step(optimizer, args, kwargs) -> None:
         _STATE["updates"] += 1
         times = [_REDUCED.get(id(p), 0) for p in gradients]
         by_xm = bool(gradients) and all(t >= 1 for t in times)
-        by_ddp = bool(gradients) and _DDP_SINCE["count"] > 0 and all(id(p) in _DDP_PARAMETERS for p in parameters)
+        # DDP's reducer, or the program's own gradient hooks, reduced on the xla process group in the backward
+        by_ddp = bool(gradients) and _DDP_SINCE["count"] > 0
+        hooks = by_ddp and not all(id(p) in _DDP_PARAMETERS for p in parameters)
         record = {
             "pid": os.getpid(),
             "update": _STATE["updates"],
@@ -167,7 +184,8 @@ def _pre_step(optimizer, args, kwargs) -> None:
             "gradients": len(gradients),
             "reduced": by_xm or by_ddp or not gradients,
             "reduced_twice": (by_xm and by_ddp) or any(t > 1 for t in times),
-            "by": "ddp" if by_ddp and not by_xm else "xm" if by_xm and not by_ddp else "both" if by_xm else "none",
+            "by": ("both" if by_xm and by_ddp else "xm" if by_xm else "hooks" if hooks else "ddp" if by_ddp
+                   else "none"),
             "broadcast": all(id(p) in _BROADCAST or id(p) in _DDP_PARAMETERS for p in parameters),
         }
     path = os.environ.get("XLA_REPLICA_PROBE_FILE")

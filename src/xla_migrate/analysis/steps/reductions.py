@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ...syntax import patterns
-from .collect import _is_scaler, _receiver
-from .kinds import BACKWARD, CLIP, FETCH, GRAD, STEP, UNSCALE, Batches, Event, Reduction, StepLoop
+from .collect import _is_scaler, _receiver, is_model_call
+from .kinds import (_MODEL_NAME, _OPTIMIZER_NAME, BACKWARD, CLIP, CLIP_GRADS, FETCH, GRAD, STEP, UNSCALE, Batches, Event,
+                    Reduction, StepLoop)
 
 if TYPE_CHECKING:
     from ...engine.context import MigrationContext
@@ -97,11 +98,19 @@ def helper_steps(model: StepModel) -> list[StepLoop]:
 
 
 def touches(model: StepModel, step: StepLoop) -> list[Event]:
-    """The step's events that read or change the gradients before an update."""
+    """The step's events that read or change the gradients before an update; and the calls between an update
+    and its backward (in their one function) that the step model cannot follow but that are handed the
+    model, its parameters or the optimizer (``utils.clip_gradients(model, clip)``, timm's
+    ``dispatch_clip_grad``): they may read the gradients, so the reduction goes before them."""
     keeps_scaler = model.ctx.target.has_grad_scaler
-    return [e for e in step.events if not e.external and (
+    found = [e for e in step.events if not e.external and (
         e.kind in (CLIP, GRAD) or (keeps_scaler and e.kind == UNSCALE)
         or (keeps_scaler and e.kind == STEP and _is_scaler(model.ctx, _receiver(e.node))))]  # type: ignore[arg-type]
+    for update, backward in update_backwards(model, step):
+        if backward is not None and backward.path == update.path:
+            found += [Event(GRAD, call, update.path, update.inner_loop)
+                      for call in hidden_gradient_readers(model.ctx, backward.node, update.node)]
+    return found
 
 
 def update_backwards(model: StepModel, step: StepLoop) -> list[tuple[Event, Event | None]]:
@@ -163,3 +172,68 @@ def _reduction(model: StepModel, step: StepLoop, backward: Event, updates: list[
             optimizers.append(name)
     return Reduction(step.loop, within, full_b[common], full_t[common], tuple(e.node for e in updates),  # type: ignore[arg-type]
                      tuple(optimizers), reduced, tuple(local))
+
+
+# Calls between a backward and its update that may read the gradients -------------------------------------------
+
+# Methods of a model or optimizer that do not read the gradients.
+_SAFE_METHODS = frozenset({"zero_grad", "train", "eval", "state_dict", "parameters", "named_parameters", "modules",
+                           "children", "to", "cuda", "cpu", "requires_grad_", "forward", "step", "append", "item",
+                           "detach", "float", "half", "buffers", "named_buffers", "add_param_group"})
+_SAFE_CALLS = ("builtins.print", "builtins.len", "builtins.isinstance", "builtins.range", "builtins.enumerate",
+               "builtins.float", "builtins.int", "builtins.str", "builtins.max", "builtins.min", *CLIP_GRADS)
+
+
+def hidden_gradient_readers(ctx: MigrationContext, backward: cst.CSTNode, update: cst.CSTNode) -> list[cst.Call]:
+    """Calls between ``backward`` and ``update`` (in the function holding both) that the step model cannot
+    follow and that are handed the model, its parameters, their gradients or the optimizer."""
+    function = ctx.steps.function_of(update)
+    root: cst.CSTNode = function if function is not None else ctx.module
+    low, high = ctx.position(backward), ctx.position(update)
+    found = []
+    for call in patterns.find_all(root, lambda n: isinstance(n, cst.Call)):
+        if not (low < ctx.position(call) < high) or ctx.steps.function_of(call) is not function:
+            continue
+        if _is_inside(ctx, call, backward) or _is_inside(ctx, call, update):
+            continue
+        if ctx.steps.callee(call) is not None or ctx.is_call_to(call, *_SAFE_CALLS) or is_model_call(call, ctx):
+            continue
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        receiver = patterns.dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+        if method in ("unscale_", "scale", "update", "get_scale") and _is_scaler(ctx, receiver):
+            continue
+        if receiver is not None and _holds_gradients(ctx, receiver) and method not in _SAFE_METHODS:
+            found.append(call)
+        elif any(_mentions_gradients(ctx, a.value) for a in call.args):
+            found.append(call)
+    return found
+
+
+def _is_inside(ctx: MigrationContext, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    current = ctx.parent(node)
+    while current is not None:
+        if current is container:
+            return True
+        current = ctx.parent(current)
+    return False
+
+
+def _holds_gradients(ctx: MigrationContext, name: str) -> bool:
+    """A model or an optimizer, by what the script binds or by its name."""
+    last = name.rsplit(".", 1)[-1]
+    return (name in ctx.facts.optimizers or name in ctx.facts.ddp_models or bool(_MODEL_NAME.search(last))
+            or bool(_OPTIMIZER_NAME.search(last)))
+
+
+def _mentions_gradients(ctx: MigrationContext, node: cst.BaseExpression) -> bool:
+    for part in patterns.find_all(node, lambda n: isinstance(n, (cst.Name, cst.Attribute, cst.Call))):
+        if isinstance(part, cst.Call):
+            if patterns.method_call(part, "parameters") or patterns.method_call(part, "named_parameters"):
+                return True
+            continue
+        if isinstance(part, cst.Attribute) and part.attr.value == "grad":
+            return True
+        name = patterns.dotted_name(part)
+        if name is not None and _holds_gradients(ctx, name):
+            return True
+    return False
