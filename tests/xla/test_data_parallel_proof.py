@@ -49,6 +49,9 @@ PROJECTS = {"ddp_project": "main.py", "scaler_project": "main.py", "clip_helper_
 # What the probe says reduced each update, per project and form (the ddp form of a program that reduces its
 # gradients with its own hooks keeps them: "hooks"; its xm form reduces every update twice, as XLA406 reports).
 REDUCED_BY = {("allreduce_hooks_project", "ddp"): "hooks", ("allreduce_hooks_project", "xm"): "both"}
+# Programs with no DDP wrapper: nothing broadcast their weights, in the original either (tacotron2 seeds every
+# rank alike); the probe cannot see a seed, so it reports every update's start as not shown equal.
+SEEDED_ONLY = {"allreduce_hooks_project"}
 
 
 def _python(env: str):
@@ -136,14 +139,17 @@ def test_form_runs_with_the_original_losses_and_every_update_reduced(env, name, 
             assert "def cleanup" not in code and "    cleanup()\n" not in code and "dist." not in code, code
 
 
-def _assert_replicas(probe: dict, by: str, updates: int | None = None) -> None:
+def _assert_replicas(probe: dict, by: str, updates: int | None = None, seeded_only: bool = False) -> None:
     """The probe's verdict: every update reduced exactly once (by the form's mechanism), every replica from
-    broadcast or DDP-wrapped weights."""
+    broadcast or DDP-wrapped weights (``seeded_only``: none is, as in the original)."""
     assert probe["updates"] > 0, "the probe saw no optimizer update"
     if updates is not None:
         assert probe["updates"] == updates
     assert probe["unreduced"] == [], probe["unreduced"][:3]
-    assert probe["unequal_start"] == [], probe["unequal_start"][:3]
+    if seeded_only:
+        assert len(probe["unequal_start"]) == probe["updates"]
+    else:
+        assert probe["unequal_start"] == [], probe["unequal_start"][:3]
     if by == "both":
         assert len(probe["reduced_twice"]) == probe["updates"] and probe["by"] == ["both"]
         return
@@ -212,7 +218,8 @@ def test_project_form_runs_with_the_original_losses_and_every_update_reduced(env
     assert worst <= xp.FP32_TOLERANCE, f"losses differ by up to {worst}"
     xp.DELTAS[(env, f"{name} [project {target} {form}]")] = worst
     probe = replica_probe.summarize(str(updates))
-    _assert_replicas(probe, REDUCED_BY.get((name, form), form), updates=len(original.losses))
+    _assert_replicas(probe, REDUCED_BY.get((name, form), form), updates=len(original.losses),
+                     seeded_only=name in SEEDED_ONLY)
 
 
 # The probe itself: it tells an unreduced update and unequal replicas apart from reduced ones ---------------------
