@@ -1,10 +1,10 @@
 """Golden fixtures: ``fixtures/<CODE>/<case>.in.py`` with one ``<case>.out-<target>.py`` per target.
 
 Distributed cases (every case of a distributed rule's folder, XLA4xx, and every other case the tool
-migrates as a distributed script) are also migrated in the data-parallel form that is not the target's default
-(DESIGN.md section 7): ``<case>.out-<target>.py`` is the target's default form (``ddp`` for ``2.9``, ``xm``
-for ``sagemaker``), ``<case>.out-<target>-<form>.py`` the other one where the target has it (so
-``.out-2.9-xm.py``; ``sagemaker`` has no ``ddp`` form).
+migrates as a distributed script) are also migrated in the data-parallel form that the default does not give
+them (DESIGN.md section 7): ``<case>.out-<target>.py`` is the default, ``--data-parallel auto`` (which picks
+``xm`` or ``ddp`` per program), ``<case>.out-<target>-<form>.py`` the other form, asked for by name. So the
+suffix of the second file says which form auto chose (``-ddp``: it chose xm).
 
 Rule folders (``XLA101``...) run that rule alone, so adding a rule never churns another rule's goldens;
 ``fixtures/scripts/`` holds whole scripts migrated by every rule. To (re)write expected outputs after a
@@ -70,17 +70,18 @@ def cases(folders: list[str] | None = None) -> list[Case]:
             name = source.name[: -len(".in.py")]
             distributed = _is_distributed(folder.name, source)
             for target in targets:
-                found.append(Case(folder.name, name, target))
+                case = Case(folder.name, name, target)
+                found.append(case)
                 if distributed:
-                    found.extend(Case(folder.name, name, target, form) for form in _other_forms(TARGETS[target]))
+                    found.extend(Case(folder.name, name, target, form) for form in _other_forms(case))
     return found
 
 
-def _other_forms(target) -> list[str]:
-    from xla_migrate.engine.targets import DATA_PARALLEL_FORMS, data_parallel_problem
-
-    return [form for form in DATA_PARALLEL_FORMS
-            if form != target.default_data_parallel and data_parallel_problem(target, form) is None]
+def _other_forms(case: Case) -> list[str]:
+    """The form the default (auto) did not choose for this case (none when it is not migrated as distributed:
+    no form applies)."""
+    chosen = run_case(case).data_parallel
+    return [form for form in ("ddp", "xm") if chosen and form != chosen]
 
 
 def _is_distributed(folder: str, source: Path) -> bool:
@@ -114,7 +115,14 @@ def run_case(case: Case, source: bytes | None = None):
 
 
 def regenerate(folders: list[str] | None) -> None:
-    for case in cases(folders):
+    every = cases(folders)
+    expected = {case.expected for case in every}
+    for folder in {case.folder for case in every}:
+        for stale in sorted((FIXTURES / folder).glob("*.out-*.py")):
+            if stale not in expected:
+                stale.unlink()
+                print(f"removed {stale.relative_to(ROOT)} (no case writes it: the default form changed)")
+    for case in every:
         result = run_case(case)
         if result.error is not None:
             print(f"{case.id}: error {result.error}", file=sys.stderr)

@@ -1,10 +1,13 @@
-"""The data-parallel forms (DESIGN.md section 7): the option and its defaults per target, refusals, the
-report header, and what the ddp form keeps and changes."""
+"""The data-parallel forms (DESIGN.md section 7, issue 28): ``auto`` (the default for both targets) and how it
+chooses, the ddp form on both targets (torch_xla 1.13's process group on ``sagemaker``), the xm form's
+guarantee (every update reduced once, replicas equal) and its findings when asked for by name, the report
+header and the command line."""
 
 from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -51,15 +54,22 @@ TORCHRUN_DDP = textwrap.dedent('''\
 SINGLE = "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
 
 
-@pytest.mark.parametrize(("target", "form"), [("2.9", "ddp"), ("sagemaker", "xm")])
-def test_default_form_per_target(target, form):
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_auto_is_the_default_and_says_why(target):
     result = migrate(TORCHRUN_DDP, target=target)
-    assert result.error is None and result.data_parallel == form
-    assert ("DDP(model" in result.code) == (form == "ddp")
+    assert result.error is None and result.data_parallel == "xm"
+    assert result.data_parallel_reason == ("auto: one update (line 21: opt.step()) after its backward in main(): "
+                                           "reduced once; weights broadcast from ordinal 0")
+    assert "DDP(model" not in result.code
+    # DDP's initial broadcast is kept, as torch_xla's own collective, where the wrapper was
+    assert ("    for tensor in [*model.parameters(), *model.buffers()]:\n"
+            "        xm.collective_broadcast([tensor], root_ordinal=0)\n") in result.code
+    explicit = migrate(TORCHRUN_DDP, target=target, data_parallel="xm")
+    assert explicit.code == result.code and explicit.data_parallel_reason == ""
 
 
 def test_ddp_form_keeps_torch_distributed_on_the_xla_backend():
-    code = migrate(TORCHRUN_DDP, target="2.9").code
+    code = migrate(TORCHRUN_DDP, target="2.9", data_parallel="ddp").code
     assert "import torch_xla.distributed.xla_backend\n" in code
     assert 'dist.init_process_group("xla", init_method="xla://", timeout=None)\n' in code
     assert "model = DDP(model, gradient_as_bucket_view=True)\n" in code
@@ -80,16 +90,30 @@ def test_xm_form_on_2_9_is_the_seeds_recipe():
     assert "xm.optimizer_step(opt)" in code and "torch_xla.launch(_mp_fn" in code
 
 
-def test_ddp_form_output_is_left_alone_the_second_time():
-    once = migrate(TORCHRUN_DDP, target="2.9")
-    twice = migrate(once.code, target="2.9")
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_ddp_form_output_is_left_alone_the_second_time(target):
+    once = migrate(TORCHRUN_DDP, target=target, data_parallel="ddp")
+    twice = migrate(once.code, target=target, data_parallel="ddp")
     assert twice.code == once.code and twice.changes == []
 
 
-def test_ddp_with_sagemaker_is_an_error_result():
+def test_ddp_form_on_sagemaker_is_torch_xla_1_13s():
+    """torch_xla 1.13 has the xla process group (no xla://): joined with the XLA ordinals after
+    MASTER_ADDR/MASTER_PORT defaults, the workers started by xmp.spawn, so the ranks come from xm."""
     result = migrate(TORCHRUN_DDP, target="sagemaker", data_parallel="ddp")
-    assert result.error is not None and "torch_xla 2.1 or later" in result.error.message
-    assert result.code == TORCHRUN_DDP
+    assert result.error is None and result.data_parallel == "ddp"
+    code = result.code
+    assert "import torch_xla.distributed.xla_backend\n" in code
+    assert ('    local_rank = xm.get_local_ordinal()\n'
+            '    os.environ.setdefault("MASTER_ADDR", "localhost")\n'
+            '    os.environ.setdefault("MASTER_PORT", "12355")\n'
+            '    dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size(), timeout=None)\n'
+            ) in code
+    assert "model = DDP(model, gradient_as_bucket_view=True)\n" in code and "        opt.step()\n" in code
+    assert "optimizer_step" not in code and "_fetch_gradients" not in code and "collective_broadcast" not in code
+    assert "def _mp_fn(index):\n" in code and "xmp.spawn(_mp_fn, args=())" in code
+    assert "if xm.is_master_ordinal(local=False):" in code and "dist.all_reduce(loss)" in code
+    assert result.releases == ((1, 13), (2, 7))
 
 
 def test_unknown_form_is_an_error_result():
@@ -118,14 +142,18 @@ def test_mp_spawn_becomes_the_xla_launcher_in_the_ddp_form():
     assert "DistributedDataParallel(torch.nn.Linear(2, 2).to(device), gradient_as_bucket_view=True)" in code
 
 
-def test_report_header_says_the_form_only_for_distributed_scripts():
-    ddp = migrate(TORCHRUN_DDP, target="2.9", path="train.py")
+def test_report_header_says_the_form_and_why_only_for_distributed_scripts():
+    auto = migrate(TORCHRUN_DDP, target="2.9", path="train.py")
+    ddp = migrate(TORCHRUN_DDP, target="2.9", path="train.py", data_parallel="ddp")
     single = migrate(SINGLE, target="2.9", path="one.py")
+    assert "(target 2.9; data parallel xm (auto: one update (line 21: opt.step()) after" in summary(auto, "train.py")
     assert "(target 2.9; data parallel ddp; output runs on" in summary(ddp, "train.py")
     assert "data parallel" not in summary(single, "one.py") and single.data_parallel == ""
-    report = json.loads(json.dumps(json_report([ddp, single])))
+    report = json.loads(json.dumps(json_report([auto, ddp, single])))
     jsonschema.validate(report, SCHEMA)
-    assert [f["data_parallel"] for f in report["files"]] == ["ddp", None]
+    assert [f["data_parallel"] for f in report["files"]] == ["xm", "ddp", None]
+    assert report["files"][0]["data_parallel_reason"].startswith("auto: one update")
+    assert [f["data_parallel_reason"] for f in report["files"][1:]] == [None, None]
     assert "data parallel ddp" in repr(ddp)
 
 
@@ -133,50 +161,136 @@ def _invoke(*args):
     return CliRunner().invoke(app, list(args))
 
 
-def test_cli_refuses_ddp_for_sagemaker_in_one_line(tmp_path):
+def test_cli_refuses_an_unknown_form_in_one_line(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TORCHRUN_DDP)
-    result = _invoke(str(script), "--target", "sagemaker", "--data-parallel", "ddp", "--diff")
+    result = _invoke(str(script), "--data-parallel", "fsdp", "--diff")
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --data-parallel ddp needs torch_xla 2.1 or later")
+    assert lines == ["error: --data-parallel fsdp: unknown form (known: auto, ddp, xm)"]
     assert result.stdout == ""
+    sagemaker_ddp = _invoke(str(script), "--target", "sagemaker", "--data-parallel", "ddp", "--out", "-")
+    assert sagemaker_ddp.exit_code == 0 and 'dist.init_process_group("xla", rank=xm.get_ordinal()' in sagemaker_ddp.stdout
 
 
 def test_cli_form_flag_and_header(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TORCHRUN_DDP)
-    xm = _invoke(str(script), "--target", "2.9", "--data-parallel", "xm", "--out", "-")
-    assert xm.exit_code == 0 and "xm.optimizer_step(opt)" in xm.stdout
-    assert "data parallel xm" in xm.stderr.strip().splitlines()[-1]
+    ddp = _invoke(str(script), "--target", "2.9", "--data-parallel", "ddp", "--out", "-")
+    assert ddp.exit_code == 0 and "DDP(model, gradient_as_bucket_view=True)" in ddp.stdout
+    assert "data parallel ddp;" in ddp.stderr.strip().splitlines()[-1]
     default = _invoke(str(script), "--target", "2.9", "--out", "-")
-    assert "DDP(model, gradient_as_bucket_view=True)" in default.stdout
-    assert "data parallel ddp" in default.stderr.strip().splitlines()[-1]
+    assert default.exit_code == 0 and "xm.optimizer_step(opt)" in default.stdout
+    assert "data parallel xm (auto: one update" in default.stderr.strip().splitlines()[-1]
     (tmp_path / "one.py").write_text(SINGLE)
-    tree = _invoke(str(tmp_path), "--target", "2.9", "--data-parallel", "xm", "--check", "-j", "1")
-    assert tree.exit_code == 1 and "(target 2.9; data parallel xm" in tree.stderr.strip().splitlines()[-1]
+    tree = _invoke(str(tmp_path), "--target", "2.9", "--data-parallel", "ddp", "--check", "-j", "1")
+    assert tree.exit_code == 1 and "(target 2.9; data parallel ddp" in tree.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("key", ["data-parallel", "data_parallel"])
 def test_config_key(tmp_path, key):
-    (tmp_path / "pyproject.toml").write_text(f'[tool.xla-migrate]\ntarget = "2.9"\n{key} = "xm"\n')
+    (tmp_path / "pyproject.toml").write_text(f'[tool.xla-migrate]\ntarget = "2.9"\n{key} = "ddp"\n')
     script = tmp_path / "train.py"
     script.write_text(TORCHRUN_DDP)
     result = _invoke(str(script), "--out", "-")
-    assert result.exit_code == 0 and "xm.optimizer_step(opt)" in result.stdout
-    flag_wins = _invoke(str(script), "--out", "-", "--data-parallel", "ddp")
-    assert "gradient_as_bucket_view=True" in flag_wins.stdout
+    assert result.exit_code == 0 and "gradient_as_bucket_view=True" in result.stdout
+    flag_wins = _invoke(str(script), "--out", "-", "--data-parallel", "xm")
+    assert "xm.optimizer_step(opt)" in flag_wins.stdout
 
 
-def test_config_form_with_sagemaker_is_refused(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\ndata-parallel = "ddp"\n')
+def test_config_form_must_be_known(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\ndata-parallel = "fsdp"\n')
     script = tmp_path / "train.py"
     script.write_text(TORCHRUN_DDP)
-    result = _invoke(str(script), "--diff")
-    assert result.exit_code == 2 and "--data-parallel ddp needs torch_xla 2.1" in result.stderr
-    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\ndata-parallel = "fsdp"\n')
     bad = _invoke(str(script), "--diff")
-    assert bad.exit_code == 2 and "data-parallel must be one of 'ddp', 'xm'" in bad.stderr
+    assert bad.exit_code == 2 and "data-parallel must be one of 'auto', 'ddp', 'xm'" in bad.stderr
+
+
+# How auto chooses (issue 28's shapes; fixtures/scripts and fixtures/projects hold runnable ones) ------------------
+
+def _ddp_program(helpers: str, body: str, seed: str = "") -> str:
+    """A torchrun DDP script: ``helpers`` at module level, ``body`` in the training loop of main()."""
+    return textwrap.dedent('''\
+        import os
+
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        {helpers}
+
+        def main(use_amp=False):
+            dist.init_process_group("nccl")
+            local_rank = int(os.environ["LOCAL_RANK"])
+            model = torch.nn.Linear(4, 1).cuda()
+            model = DDP(model, device_ids=[local_rank])
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            scaler = torch.cuda.amp.GradScaler()
+            for x in range(4):
+                loss = model(torch.randn(2, 4).cuda()).sum()
+    ''').format(helpers=textwrap.dedent(helpers)) + textwrap.indent(textwrap.dedent(body), " " * 8)
+
+
+LOSS_SCALER = """
+    class LossScaler:
+        def __init__(self):
+            self._scaler = torch.cuda.amp.GradScaler()
+
+        def __call__(self, loss, optimizer):
+            self._scaler.scale(loss).backward()
+            self._scaler.step(optimizer)
+            self._scaler.update()
+
+
+    loss_scaler = LossScaler()
+"""
+
+AUTO_CASES = {
+    "two alternative update paths": ("", """\
+        if use_amp:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    """, "auto: 2 optimizer updates (line 21 scaler.step(opt), line 26 opt.step())"),
+    "a loss scaler's __call__": (LOSS_SCALER, """\
+        loss_scaler(loss, opt)
+    """, "auto: line 13: the update runs in an object's __call__ (a loss scaler)"),
+    "a helper it cannot follow handed the model": ("", """\
+        loss.backward()
+        dispatch_clip_grad(model.parameters(), 1.0)
+        opt.step()
+    """, "auto: line 18: dispatch_clip_grad(model.parameters(), 1.0) is handed the model or the optimizer "
+         "between the backward and the update: it may read the gradients"),
+    "two optimizers": ("", """\
+        loss.backward()
+        opt.step()
+        d_opt = torch.optim.Adam(model.parameters())
+    """, "auto: 2 optimizers (line 13, line 19)"),
+    "the program's own gradient all-reduce": ("""
+    def average_gradients(model):
+        for p in model.parameters():
+            dist.all_reduce(p.grad.data)
+    """, """\
+        loss.backward()
+        average_gradients(model)
+        opt.step()
+    """, "auto: the program reduces gradients itself (line 9 dist.all_reduce(p.grad.data)): the xm form would "
+         "reduce them a second time"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(AUTO_CASES))
+def test_auto_takes_the_ddp_form_where_the_guarantee_is_not_shown(shape):
+    helpers, body, reason = AUTO_CASES[shape]
+    source = _ddp_program(helpers, body)
+    result = migrate(source, target="2.9")
+    assert result.error is None and result.data_parallel == "ddp", result.data_parallel_reason
+    assert result.data_parallel_reason == reason
 
 
 def test_every_distributed_runnable_fixture_runs_in_both_forms_in_the_proof_tier():
@@ -198,3 +312,237 @@ def test_every_distributed_runnable_fixture_runs_in_both_forms_in_the_proof_tier
             root / "fixtures" / "scripts" / f"{name}.in.py").exists(), name
     # the single copy of ddp_env_flag is the whole-script golden's input
     assert "ddp_env_flag" in listed and not (root / "fixtures" / "runnable" / "ddp_env_flag.py").exists()
+
+
+# The xm form asked for by name: every update reduced where it can be, each one it cannot reported ----------------
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_xm_form_reduces_each_branch_and_each_update_of_its_own(target):
+    """The AMP branch and the fp32 branch each get their all-reduce after their own backward (not one block in
+    one branch); a GAN's four updates each reduce in xm.optimizer_step (none left stepping local gradients)."""
+    branches = migrate((FIXTURES / "XLA406" / "amp_and_fp32_branches.in.py").read_text(), target=target,
+                       data_parallel="xm")
+    assert branches.unreduced_updates == []
+    fetches = branches.code.count("gradients = xm._fetch_gradients(optimizer)")
+    # 2.9 has no GradScaler: both branches become the same and fold into one
+    assert fetches == (2 if target == "sagemaker" else 1), branches.code
+    lines = branches.code.splitlines()
+    for index, line in enumerate(lines):
+        if line.strip().startswith("gradients = xm._fetch_gradients"):
+            assert lines[index - 2].strip().endswith(".backward()"), lines[index - 2]
+    source = (FIXTURES / "scripts" / "gan_four_updates.in.py").read_text()
+    result = migrate(source, target=target, data_parallel="xm")
+    assert result.unreduced_updates == [] and "_fetch_gradients" not in result.code
+    assert [line.strip() for line in result.code.splitlines() if "optimizer_step(" in line] == [
+        "xm.optimizer_step(d_optim)", "xm.optimizer_step(d_optim)", "xm.optimizer_step(g_optim)",
+        "xm.optimizer_step(g_optim)"]
+    auto = migrate(source, target=target)
+    assert auto.data_parallel == "ddp" and auto.data_parallel_reason.startswith("auto: 4 optimizer updates")
+
+
+def test_xm_form_reduces_before_a_helper_it_cannot_follow():
+    """``dispatch_clip_grad(model.parameters(), ...)`` (timm) may read the gradients: auto keeps DDP; the xm form
+    asked for by name all-reduces right after the backward, before the helper, and steps without reducing."""
+    source = (FIXTURES / "XLA406" / "helper_handed_the_model.in.py").read_text()
+    assert migrate(source, target="2.9").data_parallel == "ddp"
+    result = migrate(source, target="2.9", data_parallel="xm")
+    assert result.unreduced_updates == []
+    assert ("        loss.backward()\n"
+            "        # All-reduce the gradients once, before they are read (unscale_/clip); the step does not reduce again.\n"
+            "        gradients = xm._fetch_gradients(optimizer)\n"
+            "        xm.all_reduce(\"sum\", gradients, scale=1.0 / xr.world_size())\n"
+            "        dispatch_clip_grad(model.parameters(), 1.0, mode=\"agc\")\n"
+            "        optimizer.step()\n") in result.code
+
+
+def test_xm_form_reports_each_update_it_leaves_unreduced_and_exits_1(tmp_path):
+    source = (FIXTURES / "XLA413" / "update_helper_without_backward.in.py").read_text()
+    reported = migrate(source, target="sagemaker", data_parallel="xm").unreduced_updates
+    assert [f.line for f in reported] == [14] and "steps the local gradients" in reported[0].message
+    on_2_9 = migrate(source, target="2.9", data_parallel="xm").unreduced_updates
+    assert [f.line for f in on_2_9] == [13] and "each replica clips by its own norm" in on_2_9[0].message
+    assert migrate(source, target="2.9").data_parallel == "ddp", "auto never gives the xm form to it"
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    forced = _invoke(str(script), "--target", "2.9", "--data-parallel", "xm", "--out", str(tmp_path / "out.py"))
+    assert forced.exit_code == 1 and "XLA413" in forced.stderr and (tmp_path / "out.py").exists()
+    assert _invoke(str(script), "--target", "2.9", "--out", str(tmp_path / "auto.py")).exit_code == 0
+    tree = _invoke(str(tmp_path), "--target", "2.9", "--data-parallel", "xm", "--out", str(tmp_path / "tree"),
+                   "-j", "1")
+    assert tree.exit_code == 1
+
+
+# What auto chooses for the runnable fixtures and fixture projects (the proof tier runs both forms of each) --------
+
+AUTO_FORMS = {"ddp_torchrun": "xm", "ddp_env_flag": "xm", "ddp_helpers": "xm", "ddp_world_size_arg": "xm",
+              "ddp_amp_branches": "ddp", "gan_four_updates": "ddp"}
+PROJECT_FORMS = {
+    "ddp_project": ("ddp", "utils.py:45: the update runs in LossScaler.__call__, which no training loop of its "
+                           "module calls (a helper another module's loop calls)"),
+    "scaler_project": ("ddp", "utils.py:37: the update runs in NativeScaler.__call__, which no training loop"),
+    "clip_helper_project": ("ddp", "train.py:36: clip_gradients(model, 0.3) is handed the model or the optimizer"),
+    "allreduce_hooks_project": ("ddp", "the program reduces gradients itself (distributed.py:14 "
+                                       "dist.all_reduce(coalesced))"),
+}
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+@pytest.mark.parametrize("name", sorted(AUTO_FORMS))
+def test_auto_form_of_each_runnable_fixture(name, target):
+    path = FIXTURES / "runnable" / f"{name}.py"
+    path = path if path.exists() else FIXTURES / "scripts" / f"{name}.in.py"
+    result = migrate(path.read_bytes(), target=target, path=path.name)
+    assert result.data_parallel == AUTO_FORMS[name], result.data_parallel_reason
+
+
+@pytest.mark.parametrize("name", sorted(PROJECT_FORMS))
+def test_auto_form_of_each_fixture_project_is_one_for_all_its_modules(name):
+    from xla_migrate.analysis.project import build_index
+
+    root = FIXTURES / "projects" / name
+    files = sorted(root.glob("*.py"))
+    index = build_index(str(root), [str(f) for f in files])
+    form, reason = PROJECT_FORMS[name]
+    for target in ("sagemaker", "2.9"):
+        results = [migrate(f.read_bytes(), target=target, path=str(f), project=index) for f in files]
+        assert {r.data_parallel for r in results} - {""} == {form}, name
+        reasons = {r.data_parallel_reason for r in results} - {""}
+        assert len(reasons) == 1 and reasons.pop().startswith(f"auto: {reason}"), name
+
+
+# The rest of issue 28's list --------------------------------------------------------------------------------------
+
+
+def test_a_loop_variable_named_rank_is_no_process_rank():
+    source = textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+
+
+        def main(scores):
+            dist.init_process_group("nccl")
+            rank = dist.get_rank()
+            for rank_position, (rank, score) in enumerate(sorted(scores)):
+                if rank == 0:
+                    print("best", score)
+            best = [s for rank, s in scores if rank == 0]
+            if rank == 0:
+                print(best)
+        ''')
+    code = migrate(source, target="sagemaker", data_parallel="xm").code
+    # the loop variable and the comprehension's: a position in a ranking; the process rank: rewritten
+    assert code.count("if rank == 0:") == 1 and "s for rank, s in scores if rank == 0]" in code
+    assert code.count("xm.is_master_ordinal(local=False)") == 0 or "rank = xm.get_ordinal()" in code
+
+
+def test_an_env_rank_zero_test_is_a_master_test_not_a_launcher_flag():
+    source = _ddp_program("", "loss.backward()\nopt.step()\n") + textwrap.indent(textwrap.dedent('''\
+            if os.getenv("RANK", "0") == "0":
+                torch.save(model.state_dict(), "ckpt.pt")
+        '''), "    ")
+    for target, master in (("sagemaker", "xm.is_master_ordinal(local=False)"), ("2.9", "xm.is_master_ordinal(local=False)")):
+        code = migrate(source, target=target, data_parallel="xm").code
+        assert f"    if {master}:\n" in code and "world_size() == 1" not in code and "xrt_world_size() == 1" not in code
+
+
+@pytest.mark.parametrize("form", ["ddp", "xm"])
+def test_sync_batchnorm_conversion_goes_in_both_forms(form):
+    source = _ddp_program("", "loss.backward()\nopt.step()\n").replace(
+        "    model = DDP(model, device_ids=[local_rank])\n",
+        "    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)\n"
+        "    model = DDP(model, device_ids=[local_rank])\n")
+    result = migrate(source, target="2.9", data_parallel=form)
+    assert "SyncBatchNorm" not in result.code
+    assert any("each replica normalises its own batch" in c.message for c in result.changes)
+
+
+def test_collectives_with_the_defaults_spelled_out_are_rewritten_and_others_keep_the_group():
+    source = textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+
+
+        def main(t, tensors):
+            dist.init_process_group("nccl")
+            dist.all_reduce(t, dist.ReduceOp.SUM, async_op=False)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=dist.group.WORLD)
+            torch.distributed.all_gather(tensors, t, async_op=False)
+            torch.distributed.broadcast(t, src=0, group=None)
+        ''')
+    code = migrate(source, target="sagemaker", data_parallel="xm").code
+    assert code.count('xm.all_reduce("sum", [t])') == 2 and "xm.collective_broadcast([t], root_ordinal=0)" in code
+    assert "init_process_group" not in code and "dist." not in code
+    kept = migrate(source + "    dist.all_reduce(t, async_op=True)\n", target="sagemaker", data_parallel="xm")
+    assert 'dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size())' in kept.code
+    assert any(f.code == "XLA410" and "the process group stays" in f.message for f in kept.findings)
+
+
+def test_the_group_stays_for_a_collective_of_another_module(tmp_path):
+    """MoCo's shape: builder.py's concat_all_gather uses dist.all_gather_object (no xm form); main.py sets up the
+    group. One program: main.py keeps the group on the xla backend."""
+    from xla_migrate.analysis.project import build_index
+
+    (tmp_path / "builder.py").write_text(textwrap.dedent('''\
+        import torch.distributed as dist
+
+
+        def gather_names(name):
+            names = [None] * dist.get_world_size()
+            dist.all_gather_object(names, name)
+            return names
+        '''))
+    (tmp_path / "main.py").write_text(textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+
+        from builder import gather_names
+
+
+        def main():
+            dist.init_process_group("nccl")
+            print(gather_names("me"))
+
+
+        if __name__ == "__main__":
+            main()
+        '''))
+    index = build_index(str(tmp_path), [str(tmp_path / "builder.py"), str(tmp_path / "main.py")])
+    main = migrate((tmp_path / "main.py").read_text(), path=str(tmp_path / "main.py"), target="sagemaker",
+                   project=index, data_parallel="xm")
+    assert 'dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size())' in main.code
+    assert any("builder.py:6 dist.all_gather_object(names, name)" in f.message for f in main.findings)
+
+
+def test_nothing_reads_the_xla_runtime_before_the_spawn():
+    source = textwrap.dedent('''\
+        import os
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+
+        def worker(gpu, ngpus_per_node, world_size, batch_size):
+            dist.init_process_group("nccl", rank=gpu, world_size=world_size)
+            print(batch_size // ngpus_per_node)
+
+
+        def main():
+            world_size = int(os.environ["WORLD_SIZE"])
+            ngpus_per_node = torch.cuda.device_count()
+            mp.spawn(worker, nprocs=ngpus_per_node, args=(ngpus_per_node, world_size, 256))
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    result = migrate(source, target="2.9", data_parallel="xm")
+    assert '    world_size = int(os.environ["WORLD_SIZE"])\n' in result.code, "read in the launcher: reported"
+    assert any(f.code == "XLA401" and "read before the launch" in f.message for f in result.findings)
+    # the device count the launcher passed is CUDA's (0): the worker rebinds it to the XLA world size
+    assert ("def worker(gpu, ngpus_per_node, world_size, batch_size):\n"
+            "    # The XLA launcher starts one process per XLA device: the launcher's count was CUDA's (0 here).\n"
+            "    ngpus_per_node = xr.world_size()\n") in result.code
+    assert "torch_xla.launch(worker, args=(ngpus_per_node, world_size, 256))" in result.code

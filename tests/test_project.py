@@ -191,7 +191,8 @@ def test_object_of_a_project_class_passed_in_steps_the_optimizer(tmp_path):
     barrier = [c for c in result.changes if c.code == "XLA302"]
     assert len(barrier) == 1 and "after the update" in barrier[0].message
     assert "        stepper(loss)\n        xm.mark_step()\n" in result.code
-    assert result.data_parallel == "xm"  # utils.py's setup makes the whole program distributed
+    # utils.py's setup makes the whole program distributed; it wraps no model in DDP: auto keeps the ddp form
+    assert result.data_parallel == "ddp" and result.data_parallel_reason.startswith("auto: no DistributedDataParallel")
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
@@ -298,7 +299,8 @@ def test_decisions_say_where_they_came_from(tmp_path):
     assert default["target"] == {"value": "sagemaker", "from": "default"}
     assert default["distributed"]["value"] is True
     assert "utils.py:15 init_process_group" in default["distributed"]["from"]
-    assert default["data_parallel"] == {"value": "xm", "from": "default for the sagemaker target"}
+    assert default["data_parallel"]["value"] == "ddp"  # auto: the update is in utils.py's loss scaler
+    assert default["data_parallel"]["from"].startswith("default for the sagemaker target: auto: ")
     flags = _json_run(str(FIXTURE), "--check", "--target", "2.9", "--data-parallel", "xm", "--single")
     decisions = flags["project"]["decisions"]
     assert decisions["target"] == {"value": "2.9", "from": "--target"}

@@ -20,9 +20,11 @@ STEP_SHAPES = ["stepper_object", "per_batch_method", "accumulation_clip", "eval_
                "finite_check"]
 
 
-def model_of(source: str, target: str = "2.9", distributed: bool | None = None) -> MigrationContext:
+def model_of(source: str, target: str = "2.9", distributed: bool | None = None,
+             data_parallel: str | None = None) -> MigrationContext:
     module = cst.parse_module(textwrap.dedent(source))
-    return MigrationContext(cst.MetadataWrapper(module), get_target(target), distributed=distributed)
+    return MigrationContext(cst.MetadataWrapper(module), get_target(target), distributed=distributed,
+                            data_parallel=data_parallel)
 
 
 def loops_by_line(ctx: MigrationContext) -> dict[int, object]:
@@ -162,13 +164,14 @@ def test_a_per_step_method_is_a_region_of_its_loop_with_a_call_path():
 
 def test_the_gradient_reduction_goes_in_the_callee_before_its_first_gradient_read():
     ctx = model_of(STEPPER.replace("import torch\n", "import torch\nimport torch.distributed as dist\n"
-                                                     "dist.init_process_group('nccl')\n"), target="sagemaker")
+                                                     "dist.init_process_group('nccl')\n"), target="sagemaker",
+                   data_parallel="xm")
     (reduction,) = ctx.steps.reductions
     assert isinstance(reduction.within, cst.FunctionDef) and reduction.within.name.value == "__call__"
     assert code_at(ctx, reduction.backward) == "self._scaler.scale(loss).backward()"
     assert code_at(ctx, reduction.first_touch) == "self._scaler.unscale_(optimizer)"
     assert reduction.optimizers == ("optimizer",)
-    result = migrate(ctx.module.code, target="sagemaker")
+    result = migrate(ctx.module.code, target="sagemaker", data_parallel="xm")
     lines = [line.strip() for line in result.code.splitlines()]
     backward = lines.index("self._scaler.scale(loss).backward()")
     assert lines[backward + 2].startswith("gradients = xm._fetch_gradients(optimizer)")

@@ -41,6 +41,14 @@ class MigrationResult:
     # The data-parallel form the script was migrated to, "ddp" or "xm" (DESIGN.md section 7); "" for a
     # single-device script, where no form applies.
     data_parallel: str = ""
+    # Why, when --data-parallel auto chose it ("auto: ..."); "" when the form was asked for by name.
+    data_parallel_reason: str = ""
+
+    @property
+    def unreduced_updates(self) -> list:
+        """The findings of updates the xm form leaves unreduced or reduces after a read (XLA413): a migration
+        with any exits 1 (``--data-parallel xm`` asked for where the guarantee fails)."""
+        return [f for f in self.findings if f.code == "XLA413"]
 
     @property
     def ok(self) -> bool:
@@ -147,9 +155,10 @@ def migrate(
     has raises ValueError, since it is a mistake in the call rather than in the script.
 
     ``data_parallel``: the form a distributed script takes (DESIGN.md section 7): ``"ddp"`` keeps
-    torch.distributed and DDP on torch_xla's ``xla`` process group (targets of torch_xla 2.1 or later),
-    ``"xm"`` is the seeds' recipe (no DDP; ``xm.optimizer_step``, ``xmp.spawn``). None: the target's default
-    (``ddp`` for ``2.9``, ``xm`` for ``sagemaker``). A form the target cannot use is an error result.
+    torch.distributed and DDP on torch_xla's ``xla`` process group, ``"xm"`` is the seeds' recipe (no DDP;
+    ``xm.optimizer_step``, ``xmp.spawn``), ``"auto"`` (None: the default) takes xm where every update is shown
+    reduced once and the replicas start equal, else ddp (``result.data_parallel_reason`` says why). An unknown
+    form is an error result.
 
     ``project``: a ``project.ProjectIndex`` the script belongs to (``path`` names the file in it): the
     script is then migrated as part of that program (helpers in other modules, entry files, one distributed
@@ -232,7 +241,8 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
             result.output_bytes = code.encode(module.encoding) if code != output.code else output.output_bytes
     result.changes = output.changes
     result.findings = output.findings
-    result.data_parallel = form if output.distributed else ""
+    result.data_parallel = output.data_parallel
+    result.data_parallel_reason = output.data_parallel_reason
     result.releases = runs_on(target_spec, output.concepts) if output.concepts else runs_on(
         target_spec, set(target_spec.spellings))
     return result

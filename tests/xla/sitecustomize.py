@@ -1,9 +1,12 @@
 """Test-only shim for the proof tier (tests/xla). NEVER part of the product or its output.
 
 The harness copies this file into a temporary folder that goes on PYTHONPATH after xla-migrate verify's own
-loader (src/xla_migrate/verify/child.py, which records the metrics and then runs this file). It does one
-thing, and only when asked:
+loader (src/xla_migrate/verify/child.py, which records the metrics and then runs this file). It does two
+things, each only when asked:
 
+- XLA_REPLICA_PROBE_FILE=path: install the replica checker's probe (src/xla_migrate/verify/replica_probe.py,
+  which the harness copies beside this file): one line per optimizer update in ``path`` says whether its
+  gradients were all-reduced since the backward and whether the replicas started from broadcast weights.
 - XLA_PROOF_SERIALIZE_STEPS=1: with several replicas as threads of one process (PJRT CPU, CPU_NUM_DEVICES=N),
   let the replicas enter torch_xla's step marker strictly in turn (ordinal 0, 1, ..., N-1, 0, ...), so their
   collectives rendezvous (see docs/proof.md, "Two replicas"); without it the replicas deadlock in their first
@@ -64,3 +67,8 @@ if os.environ.get("XLA_PROOF_SERIALIZE_STEPS") == "1":
         raise RuntimeError("tests/xla/sitecustomize.py runs only after xla-migrate verify's loader")
     sys.meta_path.insert(0, loader.PatchAfterImport({"torch_xla": _patch_torch_xla,
                                                      "torch_xla.core.xla_model": _patch_xla_model}))
+
+if os.environ.get("XLA_REPLICA_PROBE_FILE"):
+    import replica_probe
+
+    replica_probe.install()

@@ -26,6 +26,7 @@ HANDWRITTEN = RUNNABLE / "handwritten"
 WHOLE_SCRIPTS = ROOT / "fixtures" / "scripts"
 ENVS_SCRIPT = ROOT / "tools" / "xla_envs.sh"
 SHIM = Path(__file__).with_name("sitecustomize.py")
+REPLICA_PROBE = ROOT / "src" / "xla_migrate" / "verify" / "replica_probe.py"
 
 # Environment name (tools/xla_envs.sh) -> the xla-migrate target whose output runs there.
 TARGETS = {"current": "2.9", "sagemaker": "sagemaker"}
@@ -241,6 +242,7 @@ def run_script(python: Path, source: str, label: str, *, xla: bool, distributed:
     shim = workdir / "shim"  # the test-only replica shim, after verify's loader (which runs it)
     shim.mkdir()
     shutil.copy(SHIM, shim / "sitecustomize.py")
+    shutil.copy(REPLICA_PROBE, shim / "replica_probe.py")  # the shim installs it when XLA_REPLICA_PROBE_FILE is set
     observation = verify.observe(python, script, cwd=str(workdir), env=env, debug=False, timeout=timeout,
                                  extra_pythonpath=[str(shim)], workdir=workdir / "verify")
     run = _run_of(label, observation.process, workdir)

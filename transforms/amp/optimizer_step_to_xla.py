@@ -4,7 +4,8 @@ What it does:
     Rewrites ``optimizer.step()`` to ``xm.optimizer_step(optimizer)`` for every optimizer the script holds:
     names and ``self`` attributes bound to a ``torch.optim`` (or syncfree) optimizer, function parameters
     named ``optimizer``, ``opt`` or ``*_optimizer``, and names that say so (``optimizer``,
-    ``self.g_optimizer``). A closure (``optimizer.step(closure)``) travels as
+    ``self.g_optimizer``), and in a distributed script any other step the step model counts as a training
+    loop's update (``self.opt.step()`` after its backward). A closure (``optimizer.step(closure)``) travels as
     ``optimizer_args={"closure": closure}``. ``scheduler.step()``, ``scaler.step(optimizer)`` and any other
     ``.step()`` are left alone: with a GradScaler the scaler makes the step (XLA202 rewrites it where the
     target has no scaler). A direct ``optimizer.step()`` in an AMP script (bfloat16 autocast without a
@@ -37,14 +38,9 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
-from xla_migrate.analysis.facts import is_optimizer_param_name
+from xla_migrate.analysis.data_parallel import optimizer_receiver
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
-
-
-def _named_like_optimizer(spelling: str) -> bool:
-    last = spelling.rsplit(".", 1)[-1]
-    return last == "optimizer" or last.endswith("_optimizer")
 
 
 class OptimizerStepToXla(Rule):
@@ -58,7 +54,7 @@ class OptimizerStepToXla(Rule):
         if method is None or self.ctx.facts.uses_accelerate:
             return
         spelling = patterns.dotted_name(method.value)
-        if spelling is None or not self._is_optimizer(spelling, method.value):
+        if spelling is None or not optimizer_receiver(self.ctx, spelling, method.value, node):
             return
         if self.ctx.ddp_form:
             return  # DDP all-reduced the gradients in the backward: xm.optimizer_step would reduce again
@@ -81,16 +77,6 @@ class OptimizerStepToXla(Rule):
             return step.with_changes(args=[first, *step.args[1:]], lpar=updated.lpar, rpar=updated.rpar)
 
         self.replace(node, optimizer_step, f"{short(node)} -> {short(step, 80)}")
-
-    def _is_optimizer(self, spelling: str, receiver: cst.BaseExpression) -> bool:
-        facts = self.ctx.facts
-        if spelling in facts.scalers or spelling in facts.loaders:
-            return False
-        if spelling in facts.optimizers or _named_like_optimizer(spelling):
-            return True
-        if isinstance(receiver, cst.Name) and is_optimizer_param_name(spelling):
-            return any(spelling in facts.optimizer_params.get(scope, ()) for scope in self.ctx.visible_scopes(receiver))
-        return False
 
     def _closure(self, node: cst.Call) -> cst.BaseExpression | None | bool:
         """The closure argument; None without arguments; False for anything else."""

@@ -3,10 +3,12 @@
 What it does:
     In a distributed script:
 
-    - ``model = DDP(model, device_ids=[local_rank], ...)`` is removed; where the wrapper gets another name
-      or is used in place (``ddp_model = DDP(model)``, ``train(DDP(model))``) the call becomes the module
-      it wraps (``ddp_model = model``). Every DDP option (``device_ids``, ``output_device``,
-      ``find_unused_parameters``, ``broadcast_buffers``...) goes with it.
+    - ``model = DDP(model, device_ids=[local_rank], ...)`` becomes the broadcast DDP made: ordinal 0's
+      weights and buffers to every replica (``for tensor in [*model.parameters(), *model.buffers()]:
+      xm.collective_broadcast([tensor], root_ordinal=0)``); where the wrapper gets another name or is used
+      in place (``ddp_model = DDP(model)``, ``train(DDP(model))``) the call becomes the module it wraps
+      (``ddp_model = model``) and the broadcast goes after (before) that statement. Every DDP option
+      (``device_ids``, ``output_device``, ``find_unused_parameters``, ``broadcast_buffers``...) goes with it.
     - ``model.module`` (on a name bound to a DDP wrapper, or with that name elsewhere, e.g. a function's
       ``model`` parameter) -> ``model``; ``model.module if hasattr(model, "module") else model`` and
       ``getattr(model, "module", model)`` and ``model.module if ddp else model`` -> ``model``.
@@ -15,9 +17,10 @@ What it does:
       accumulating else nullcontext``) -> ``contextlib.nullcontext``. Where the script imports
       ``nullcontext`` from contextlib among its leading imports (and binds that name to nothing else), that
       name is used instead.
-    - ``nn.SyncBatchNorm.convert_sync_batchnorm(model)`` is reported.
+    - ``model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`` is removed, in both forms (used in place,
+      the call becomes its module): each replica normalises its own batch.
 
-    In the ddp data-parallel form (``--data-parallel ddp``, the ``2.9`` target's default) the wrapper stays,
+    In the ddp data-parallel form (``--data-parallel ddp``, or what ``auto`` chooses) the wrapper stays,
     on the ``xla`` process group (XLA404): ``DDP(model, device_ids=[local_rank], output_device=local_rank)``
     -> ``DDP(model, gradient_as_bucket_view=True)`` (the CUDA device options go; the others stay), and
     ``model.module`` and ``no_sync()`` keep working as written.
@@ -26,13 +29,19 @@ Why:
     The seeds' distributed form keeps no DDP wrapper: each replica runs the plain model and the gradients
     are all-reduced by ``xm.optimizer_step`` (or the explicit ``xm.all_reduce`` of XLA406). DDP needs a
     process group and CUDA device ids, and on XLA its hooks deadlock or reduce a second time. DDP also
-    broadcast rank 0's initial weights; without it every replica must build the same weights (XLA408).
+    broadcast rank 0's initial weights when it wrapped the model; the xm form broadcasts them there itself
+    (``xm.collective_broadcast`` exists since torch_xla 1.13), so the replicas start equal whatever the script
+    seeds. torch's SyncBatchNorm checks the device type once a process group is initialised and raises for
+    XLA tensors (torch 2.9: "SyncBatchNorm expected input tensor to be on GPU or XPU or privateuseone").
 
 Example:
     model = DDP(model, device_ids=[local_rank])
     torch.save(model.module.state_dict(), "model.pt")
 
 Use instead:
+    # Every replica starts from ordinal 0's weights and buffers, as DDP broadcast them when it wrapped the model.
+    for tensor in [*model.parameters(), *model.buffers()]:
+        xm.collective_broadcast([tensor], root_ordinal=0)
     torch.save(model.state_dict(), "model.pt")
 """
 
@@ -43,10 +52,11 @@ import libcst as cst
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import DDP
 from xla_migrate.engine.rule import Rule
-from xla_migrate.transforms.common import imported_from, joined, keyword_arg, short
+from xla_migrate.transforms.common import fresh_name, imported_from, joined, keyword_arg, short
 
 # DDP options that name CUDA devices: dropped in the ddp form (torch_xla's DDP example passes none).
 CUDA_DEVICE_OPTIONS = ("device_ids", "output_device")
+_BROADCAST_COMMENT = "# Every replica starts from ordinal 0's weights and buffers, as DDP broadcast them when it wrapped the model."
 SYNC_BATCHNORM = ("torch.nn.SyncBatchNorm.convert_sync_batchnorm",
                   "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm")
 
@@ -61,6 +71,7 @@ class DdpToXla(Rule):
         super().__init__(ctx)
         self._wrapped = {s.rsplit(".", 1)[-1] for s in ctx.facts.ddp_models}
         self._handled: set[cst.CSTNode] = set()
+        self._wrapped_arguments: set[str] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.distributed:
@@ -71,9 +82,7 @@ class DdpToXla(Rule):
         elif names & set(DDP):
             self._unwrap(node, sorted(names & set(DDP))[0])
         elif names & set(SYNC_BATCHNORM):
-            self.finding(node, f"{short(node)}: SyncBatchNorm synchronises batch statistics through a CUDA "
-                         "process group", "remove it (each replica normalises its own batch) or reduce the "
-                         "statistics with xm.all_reduce")
+            self._drop_sync_batchnorm(node)
         elif self.ctx.ddp_form:
             return  # the wrapper stays: model.module and no_sync() keep working
         elif self._is_module_getattr(node):
@@ -84,6 +93,31 @@ class DdpToXla(Rule):
             nullcontext = self._nullcontext()
             self.replace(node, patterns.parsed_expression(f"{nullcontext}()"),
                          f"{short(node)} -> {nullcontext}(): no DDP wrapper to hold back")
+
+    def _drop_sync_batchnorm(self, node: cst.Call) -> None:
+        """``model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`` goes (used in place, the call becomes its
+        module): torch's SyncBatchNorm raises on an XLA tensor once a process group exists (the ddp form, or an
+        xm form that keeps the group), and each replica then normalises its own batch, as BatchNorm does."""
+        positional = patterns.positional(node)
+        module = positional[:1] or [a for a in node.args if a.keyword and a.keyword.value == "module"]
+        if not module or any(a.star for a in node.args):
+            self.finding(node, f"{short(node)}: SyncBatchNorm runs on CUDA only once a process group exists",
+                         "remove the conversion (each replica normalises its own batch)")
+            return
+        parent = self.ctx.parent(node)
+        line = self.ctx.parent(parent) if isinstance(parent, cst.Assign) else None
+        target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+        why = ("each replica normalises its own batch, as BatchNorm: torch's SyncBatchNorm only runs on CUDA/XPU "
+               "devices once a process group exists")
+        if (target is not None and patterns.dotted_name(target) is not None
+                and patterns.dotted_name(target) == patterns.dotted_name(module[0].value)
+                and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            self.remove(parent, f"removed {short(node)}: {why}")
+        else:
+            index = node.args.index(module[0])
+            self.replace(node, lambda updated: updated.args[index].value.with_changes(
+                lpar=[*updated.lpar, *updated.args[index].value.lpar],
+                rpar=[*updated.args[index].value.rpar, *updated.rpar]), f"{short(node)} -> {short(module[0].value)}: {why}")
 
     def _on_xla(self, node: cst.Call) -> None:
         """The ddp form: ``DDP(model, device_ids=[r], output_device=r)`` -> ``DDP(model,
@@ -119,9 +153,14 @@ class DdpToXla(Rule):
         target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
         same = target is not None and patterns.dotted_name(target) is not None and (
             patterns.dotted_name(target) == patterns.dotted_name(wrapped))
-        if same and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-            self.remove(parent, f"removed {short(node)}: no DDP wrapper on XLA (xm.optimizer_step "
-                                "all-reduces the gradients)")
+        if same and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+                self.ctx.parent(statement), (cst.IndentedBlock, cst.Module)):
+            broadcast = self._broadcast_statement(node, patterns.dotted_name(wrapped))  # type: ignore[arg-type]
+            self.replace(statement, lambda updated: broadcast.with_changes(
+                leading_lines=[*updated.leading_lines, *broadcast.leading_lines]),
+                f"{short(node)} -> every replica starts from ordinal 0's weights and buffers "
+                f"({self.ctx.spell('collective_broadcast')}), as DDP broadcast them; no DDP wrapper on XLA "
+                "(xm.optimizer_step all-reduces the gradients)")
         else:
             index = node.args.index(module[0])
 
@@ -130,9 +169,59 @@ class DdpToXla(Rule):
                 return value.with_changes(lpar=[*updated.lpar, *value.lpar], rpar=[*value.rpar, *updated.rpar])
 
             self.replace(node, inner, f"{short(node)} -> {short(wrapped)}: no DDP wrapper on XLA")
+            self._broadcast_beside(node, wrapped)
         for module_name, name in imported_from(self.ctx, node.func, qualname):
             self.import_may_be_dead(module_name, name)
         self.import_may_be_dead("torch.nn.parallel", "DistributedDataParallel")
+
+    def _broadcast_statement(self, node: cst.CSTNode, model: str) -> cst.For:
+        """``for tensor in [*model.parameters(), *model.buffers()]: xm.collective_broadcast([tensor],
+        root_ordinal=0)``: one tensor per call, so each keeps its own dtype (int64 buffers too)."""
+        tensor = fresh_name(self.ctx, node, "tensor")
+        loop = patterns.parsed_statement(
+            f"for {tensor} in [*{model}.parameters(), *{model}.buffers()]:\n"
+            f"    {self.ctx.spell('collective_broadcast')}([{tensor}], root_ordinal=0)\n")
+        assert isinstance(loop, cst.For)
+        return loop.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(_BROADCAST_COMMENT))])
+
+    def _broadcast_beside(self, node: cst.Call, wrapped: cst.BaseExpression) -> None:
+        """DDP used under another name, in place or in a chain (``ddp_model = DDP(model)``, ``model =
+        DDP(model).to(device)``, ``train(DDP(model))``): the broadcast goes after the assignment of the
+        wrapper (of what it was assigned to), else before the statement that uses it (of the wrapped module)."""
+        statement = self.ctx.enclosing_statement(node)
+        assigned = self._assigned_wrapper(node, statement)
+        model = patterns.dotted_name(assigned) if assigned is not None else patterns.dotted_name(wrapped)
+        if model is None or statement is None or not isinstance(self.ctx.parent(statement),
+                                                                (cst.IndentedBlock, cst.Module)):
+            self.finding(node, f"{short(node)}: DDP broadcast rank 0's weights when it wrapped the model; no place "
+                         "was found for the same broadcast here, so the replicas may start from different weights",
+                         "after the model is built, call xm.collective_broadcast([t], root_ordinal=0) for every "
+                         "tensor of its parameters() and buffers(), or migrate with --data-parallel ddp")
+            return
+        broadcast = self._broadcast_statement(node, model)
+        message = (f"every replica starts from ordinal 0's weights and buffers ({self.ctx.spell('collective_broadcast')}"
+                   f" of {model}), as DDP broadcast them")
+        if assigned is not None:
+            self.insert_after(statement, [broadcast], message)
+        else:
+            self.insert_before(statement, [broadcast], message)
+
+    def _assigned_wrapper(self, node: cst.Call, statement: cst.CSTNode | None) -> cst.BaseExpression | None:
+        """The target the wrapper (or a method chain on it: ``DDP(m).to(device)``) is assigned to, when the
+        statement is that one assignment."""
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1):
+            return None
+        assign = statement.body[0]
+        value: cst.CSTNode = node
+        while value is not assign.value:
+            parent = self.ctx.parent(value)
+            chained = isinstance(parent, cst.Attribute) and parent.value is value
+            called = isinstance(parent, cst.Call) and parent.func is value
+            if not (chained or called):
+                return None
+            value = parent
+        return assign.targets[0].target
 
     def _no_sync_reference(self, node: cst.Attribute) -> None:
         """``ctx = model.no_sync if accumulating else nullcontext``: the method itself, not called here."""
@@ -151,7 +240,18 @@ class DdpToXla(Rule):
     # model.module ------------------------------------------------------------------------------------------
     def _is_wrapper(self, node: cst.BaseExpression) -> bool:
         name = patterns.dotted_name(node)
-        return name is not None and (name in self.ctx.facts.ddp_models or name.rsplit(".", 1)[-1] in self._wrapped)
+        return name is not None and (name in self.ctx.facts.ddp_models or name.rsplit(".", 1)[-1] in self._wrapped
+                                     or name in self._ddp_arguments())
+
+    def _ddp_arguments(self) -> set[str]:
+        """The names the file hands to DDP (``DistributedDataParallel(model, ...).to(device)`` makes ``model`` a
+        wrapper even where the assignment is not of the call itself)."""
+        if self._wrapped_arguments is None:
+            calls = patterns.find_all(self.ctx.module, lambda n: isinstance(n, cst.Call) and bool(
+                self.ctx.qualnames(n.func) & set(DDP)))
+            self._wrapped_arguments = {name for call in calls for arg in patterns.positional(call)[:1]
+                                       if (name := patterns.dotted_name(arg.value)) is not None}
+        return self._wrapped_arguments
 
     def _is_module_getattr(self, node: cst.Call) -> bool:
         """``getattr(model, "module", model)``."""

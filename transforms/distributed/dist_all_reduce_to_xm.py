@@ -49,19 +49,13 @@ class DistAllReduceToXm(Rule):
         ctx = self.ctx
         if not ctx.xm_form or common.dist_call(ctx, node, "all_reduce") is None:
             return
-        statement = ctx.parent(node)
-        positional = patterns.positional(node)
-        op = patterns.keyword(node, "op") or (positional[1] if len(positional) > 1 else None)
-        tensor = positional[0].value if positional else (
-            patterns.keyword(node, "tensor").value if patterns.keyword(node, "tensor") else None)
-        extra = [a for a in node.args if a.keyword and a.keyword.value not in ("op", "tensor")]
-        operation = "SUM" if op is None else self._operation(op.value)
-        if (tensor is None or operation is None or extra or len(positional) > 2 or any(a.star for a in node.args)
-                or not (isinstance(statement, cst.Expr) and statement.value is node)):
+        operation = rewritable(ctx, node)
+        if operation is None:
             self.finding(node, f"{short(node)}: not rewritten (a process group, async_op, another operation, or "
-                         "its value is used)", f"use {ctx.spell('all_reduce')}(\"sum\", [tensor]) (in place), "
-                         "with groups= for a subgroup")
+                         "its value is used): the process group stays for it (XLA404)",
+                         f"use {ctx.spell('all_reduce')}(\"sum\", [tensor]) (in place), with groups= for a subgroup")
             return
+        positional = patterns.positional(node)
         scale = f", scale=1.0 / {ctx.spell('world_size')}" if operation == "AVG" else ""
         template = patterns.parsed_expression(f"{ctx.spell('all_reduce')}(\"{OPS[operation]}\", [__tensor__]{scale})")
         assert isinstance(template, cst.Call)
@@ -77,12 +71,34 @@ class DistAllReduceToXm(Rule):
         common.free_imports(self, node)
         self.import_may_be_dead("torch.distributed", "ReduceOp")
 
-    def _operation(self, node: cst.BaseExpression) -> str | None:
-        for qualname in self.ctx.qualnames(node):
-            for prefix in ("torch.distributed.ReduceOp.", "torch.distributed.distributed_c10d.ReduceOp.",
-                           "torch._C._distributed_c10d.ReduceOp."):
-                if qualname.startswith(prefix) and qualname[len(prefix):] in OPS:
-                    return qualname[len(prefix):]
-        name = patterns.dotted_name(node)
-        last = name.rsplit(".", 1)[-1] if name else None
-        return last if last in OPS and name and "ReduceOp" in name else None
+
+def rewritable(ctx, node: cst.Call) -> str | None:
+    """The operation (``SUM``...) when this rule rewrites the ``dist.all_reduce`` call: a statement of its own,
+    the tensor and the op (by keyword or position), the defaults spelled out at most. XLA404 asks too: a call
+    it cannot rewrite keeps the process group."""
+    statement = ctx.parent(node)
+    positional = patterns.positional(node)
+    op = patterns.keyword(node, "op") or (positional[1] if len(positional) > 1 else None)
+    tensor = positional[0].value if positional else (
+        patterns.keyword(node, "tensor").value if patterns.keyword(node, "tensor") else None)
+    # all_reduce(tensor, op, group=None, async_op=False): the defaults ask for nothing more, in any spelling
+    later = [("group", a.value) for a in positional[2:3]] + [("async_op", a.value) for a in positional[3:4]]
+    extra = [a for a in node.args if a.keyword and a.keyword.value not in ("op", "tensor")
+             and not common.neutral_argument(ctx, a.keyword.value, a.value)]
+    extra += [value for keyword, value in later if not common.neutral_argument(ctx, keyword, value)]
+    operation = "SUM" if op is None else _operation(ctx, op.value)
+    if (tensor is None or operation is None or extra or len(positional) > 4 or any(a.star for a in node.args)
+            or not (isinstance(statement, cst.Expr) and statement.value is node)):
+        return None
+    return operation
+
+
+def _operation(ctx, node: cst.BaseExpression) -> str | None:
+    for qualname in ctx.qualnames(node):
+        for prefix in ("torch.distributed.ReduceOp.", "torch.distributed.distributed_c10d.ReduceOp.",
+                       "torch._C._distributed_c10d.ReduceOp."):
+            if qualname.startswith(prefix) and qualname[len(prefix):] in OPS:
+                return qualname[len(prefix):]
+    name = patterns.dotted_name(node)
+    last = name.rsplit(".", 1)[-1] if name else None
+    return last if last in OPS and name and "ReduceOp" in name else None

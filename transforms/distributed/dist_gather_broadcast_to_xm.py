@@ -79,8 +79,13 @@ def arguments(ctx: MigrationContext, node: cst.Call) -> tuple[str, list[cst.Base
     if any(a.star for a in node.args):
         return None
     values: dict[str, cst.BaseExpression] = {}
+    later = ("group", "async_op")  # after the parameters, in torch.distributed's order
     for index, arg in enumerate(node.args):
-        key = arg.keyword.value if arg.keyword is not None else (parameters[index] if index < len(parameters) else None)
+        key = arg.keyword.value if arg.keyword is not None else (
+            parameters[index] if index < len(parameters) else
+            later[index - len(parameters)] if index - len(parameters) < len(later) else None)
+        if key in later and common.neutral_argument(ctx, key, arg.value):
+            continue  # group=None / the default group, async_op=False: what the xm collective does anyway
         if key not in parameters or key in values:
             return None
         values[key] = arg.value

@@ -54,6 +54,19 @@ def dist_call(ctx: MigrationContext, node: cst.CSTNode, *names: str) -> str | No
     return None
 
 
+def neutral_argument(ctx: MigrationContext, keyword: str, value: cst.BaseExpression) -> bool:
+    """A collective's argument that asks for nothing an xm collective does not do: ``async_op=False``,
+    ``group=None`` or the default group (``group=dist.group.WORLD``)."""
+    if keyword == "async_op":
+        return patterns.dotted_name(value) == "False"
+    if keyword == "group":
+        if patterns.dotted_name(value) == "None":
+            return True
+        return any(q in ("torch.distributed.group.WORLD", "torch.distributed.distributed_c10d.group.WORLD",
+                         "torch.distributed.GroupMember.WORLD") for q in ctx.qualnames(value))
+    return False
+
+
 # Rank reads ---------------------------------------------------------------------------------------------
 ENV_CONCEPTS = {"LOCAL_RANK": "local_ordinal", "RANK": "ordinal", "WORLD_SIZE": "world_size"}
 DIST_CONCEPTS = {"get_rank": "ordinal", "get_world_size": "world_size", "get_node_local_rank": "local_ordinal"}
@@ -99,6 +112,8 @@ def master_kind(ctx: MigrationContext, node: cst.BaseExpression) -> str | None:
     if name is None:
         return None
     last = name.rsplit(".", 1)[-1]
+    if isinstance(node, cst.Name) and not is_process_rank(ctx, node):
+        return None
     if GLOBAL_RANK_NAME.match(last):
         return "global"
     if LOCAL_RANK_NAME.match(last):
@@ -106,9 +121,60 @@ def master_kind(ctx: MigrationContext, node: cst.BaseExpression) -> str | None:
     return None
 
 
+def is_process_rank(ctx: MigrationContext, name: cst.Name) -> bool:
+    """A variable named like a rank holds a process rank, by where its value comes from: not inside a loop
+    that binds it (``for rank, item in enumerate(ranking):``), nor when every binding of it in the scope that
+    holds it is a loop or comprehension target, or an assignment from something that is no rank (``rank =
+    order[i]``). A
+    parameter, a constant, a rank read (``os.environ["RANK"]``, ``dist.get_rank()``), a rank-named value
+    (``args.rank``, ``utils.get_rank()``) or any other binding keeps it a rank."""
+    current = ctx.parent(name)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        # Inside a loop that binds the name, the loop's value reaches the use (for rank, x in enumerate(...)).
+        if isinstance(current, cst.For) and patterns.find_all(
+                current.target, lambda n: isinstance(n, cst.Name) and n.value == name.value):
+            return False
+        current = ctx.parent(current)
+    for scope in ctx.visible_scopes(name):
+        bindings = [a.node for a in scope.assignments[name.value]]
+        if not bindings:
+            continue
+        return not all(_binds_no_rank(ctx, binding) for binding in bindings)
+    return True  # a global of another module, a builtin: taken as named
+
+
+def _binds_no_rank(ctx: MigrationContext, binding: cst.CSTNode) -> bool:
+    current, parent = binding, ctx.parent(binding)
+    while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        current, parent = parent, ctx.parent(parent)
+    if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is current:
+        return True
+    if isinstance(parent, cst.AssignTarget):
+        assign = ctx.parent(parent)
+        return isinstance(assign, cst.Assign) and not _rank_source(ctx, assign.value)
+    return False
+
+
+def _rank_source(ctx: MigrationContext, value: cst.BaseExpression) -> bool:
+    """``value`` may carry a process rank: a constant, a rank read, something named like a rank or ordinal."""
+    if isinstance(value, (cst.Integer, cst.UnaryOperation)):
+        return True
+    for part in patterns.find_all(value, lambda n: isinstance(n, (cst.Name, cst.Attribute, cst.Subscript, cst.Call))):
+        if rank_read(ctx, part) is not None:
+            return True
+        if isinstance(part, (cst.Name, cst.Attribute)):
+            last = (patterns.dotted_name(part) or "").rsplit(".", 1)[-1].lower()
+            if "rank" in last or "ordinal" in last or last in ("gpu", "local_gpu", "device_id", "index"):
+                return True
+    return False
+
+
 def _int_value(node: cst.BaseExpression) -> int | None:
     if isinstance(node, cst.Integer):
         return int(node.value)
+    text = patterns.string_value(node)  # os.getenv("RANK", "0") == "0"
+    if text is not None and text.lstrip("-").isdigit():
+        return int(text)
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(
             node.expression, cst.Integer):
         return -int(node.expression.value)

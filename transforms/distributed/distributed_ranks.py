@@ -13,10 +13,12 @@ What it does:
     not None``, ``"WORLD_SIZE" in os.environ``) become ``xm.xrt_world_size() > 1`` (``== 1`` for the
     negated forms): true exactly when more than one XLA process runs. A rank or world size read before the
     launch (at module level, or as an argparse default in the ``__main__`` block, of a script whose
-    ``__main__`` block starts the workers) is reported, not rewritten: the launcher's process has no
-    ordinal. Single-device scripts are left alone. In the ddp data-parallel form (``--data-parallel ddp``,
-    the ``2.9`` target's default) the process group stays, so the ranks are left as written; only a rank
-    used as a device index becomes the XLA device.
+    ``__main__`` block starts the workers, or in the function that calls ``mp.spawn`` before that call) is
+    reported, not rewritten: the launcher's process has no ordinal, and reading the XLA runtime there
+    starts it before the spawn ("Runtime is already initialized"). Single-device scripts are left alone. In the ddp data-parallel form of the ``2.9`` target
+    torchrun still starts the workers, so the ranks are left as written; only a rank used as a device index
+    becomes the XLA device. The ddp form of ``sagemaker`` launches with ``xmp.spawn`` (no ``xla://`` in the
+    1.13 API), so its ranks are rewritten as in the xm form.
 
 Why:
     Under ``xmp.spawn`` / ``torch_xla.launch`` nothing sets torchrun's environment variables, and without
@@ -57,10 +59,11 @@ class DistributedRanks(Rule):
         common.register(ctx, self.code)
         # Environment reads that are part of a launcher flag this rule rewrites as a whole.
         self._flag_reads: set[cst.CSTNode] = set()
+        self._launch_calls: dict[cst.FunctionDef | None, list[cst.Call]] | None = None
 
     def _read(self, node: cst.BaseExpression) -> None:
-        if not self.ctx.xm_form:
-            return  # the ddp form keeps the process group: env ranks and dist.get_rank() work as written
+        if not self.ctx.xla_launched:
+            return  # torchrun starts the ddp form's workers: env ranks and dist.get_rank() work as written
         concept = common.rank_read(self.ctx, node)
         if concept is None or node in self._flag_reads:
             return
@@ -81,13 +84,35 @@ class DistributedRanks(Rule):
             common.free_imports(self, node)
 
     def _before_launch(self, node: cst.CSTNode) -> bool:
-        """A read at module level (an argparse default in the ``__main__`` block, a global) in a script whose
-        ``__main__`` block launches the workers: it runs in the launcher's process, before the spawn."""
-        if self.ctx.facts.main_guard is None:
-            return False  # a module-level script: its top level is the worker (XLA407 wraps or reports it)
+        """A read that runs in the launcher's process, before the spawn: at module level (an argparse default
+        in the ``__main__`` block, a global) in a script whose ``__main__`` block launches the workers, or in
+        the function that calls the launcher (``mp.spawn``, ``xmp.spawn``), before that call."""
         from libcst.metadata import GlobalScope
 
+        function = self._function_of(node)
+        launches = self._launches().get(function, [])
+        if any(self.ctx.position(launch) > self.ctx.position(node) for launch in launches):
+            return True
+        if self.ctx.facts.main_guard is None:
+            return False  # a module-level script: its top level is the worker (XLA407 wraps or reports it)
         return isinstance(self.ctx.function_scope(node), GlobalScope)
+
+    def _launches(self) -> dict[cst.FunctionDef | None, list[cst.Call]]:
+        if self._launch_calls is None:
+            from xla_migrate.analysis.facts import MP_SPAWN
+            from xla_migrate.transforms.distributed.spawn_entry_point import LAUNCHERS
+
+            self._launch_calls = {}
+            for call in patterns.find_all(self.ctx.module, lambda n: isinstance(n, cst.Call) and bool(
+                    self.ctx.qualnames(n.func) & {*MP_SPAWN, *LAUNCHERS})):
+                self._launch_calls.setdefault(self._function_of(call), []).append(call)
+        return self._launch_calls
+
+    def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        current = self.ctx.parent(node)
+        while current is not None and not isinstance(current, cst.FunctionDef):
+            current = self.ctx.parent(current)
+        return current
 
     def _in_master_guard(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)
@@ -101,7 +126,7 @@ class DistributedRanks(Rule):
         ``"WORLD_SIZE" in os.environ`` ask whether torchrun started the script. Under the XLA launcher those
         variables are unset (the first is always False, a rewritten read always True), so the flag becomes
         the test it meant: more than one XLA process runs."""
-        if not self.ctx.xm_form or len(node.comparisons) != 1:
+        if not self.ctx.xla_launched or len(node.comparisons) != 1:
             return
         target = node.comparisons[0]
         operator, right = target.operator, target.comparator
@@ -120,6 +145,8 @@ class DistributedRanks(Rule):
                     positive = isinstance(operator, (cst.NotEqual, cst.IsNot))
         if positive is None:
             return
+        if common.master_guard(self.ctx, node) is not None and common.active(self.ctx, "XLA402"):
+            return  # os.getenv("RANK", "0") == "0" asks "am I rank 0", not "did torchrun start me" (XLA402)
         if read is not None:
             self._flag_reads.add(read)
         world = self.ctx.spell("world_size")
@@ -144,7 +171,7 @@ class DistributedRanks(Rule):
             return
         self._read(node)
         self._device_index(node)
-        if not self.ctx.xm_form:
+        if not self.ctx.xla_launched:
             return
         self._local_rank_argument(node)
         name = common.dist_call(self.ctx, node, *common.DIST_CONCEPTS)
@@ -173,6 +200,8 @@ class DistributedRanks(Rule):
         index = args[0].value
         name = patterns.dotted_name(index)
         if name is None or not common.RANK_INDEX_NAME.match(name.rsplit(".", 1)[-1]):
+            return
+        if isinstance(index, cst.Name) and not common.is_process_rank(self.ctx, index):
             return
         device = self.ctx.device_reference(node, self.code)
         self.replace(index, patterns.parsed_expression(device), f".to({name}) -> .to({device}): the rank was a CUDA "

@@ -1,8 +1,8 @@
 """XLA408 distributed-seed: a distributed script must build the same initial weights on every worker.
 
 What it does:
-    In a distributed script that builds a model (it wraps one in DDP, or builds an optimizer over
-    ``.parameters()``), reports when no constant seed is set before the weights are created: no
+    In a distributed script that builds a model (an optimizer over ``.parameters()``) and whose program wraps
+    none in DDP, reports when no constant seed is set before the weights are created: no
     ``torch.manual_seed(...)`` (or ``transformers.set_seed``, ``lightning.seed_everything``,
     ``accelerate.utils.set_seed``) at all, one whose seed depends on the rank (``torch.manual_seed(seed +
     rank)``), or one only in the ``__main__`` block or in the function that calls ``mp.spawn``, which run
@@ -64,8 +64,10 @@ class DistributedSeed(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         if not self.ctx.distributed or not self._models:
             return
-        if self.ctx.ddp_form and any(self.ctx.qualnames(m.func) & set(DDP) for m in self._models):
-            return  # DDP stays (the ddp form): it broadcasts rank 0's weights when it wraps the model
+        if self._program_wraps_ddp():
+            # The ddp form keeps DDP, which broadcasts rank 0's weights when it wraps the model; the xm form
+            # broadcasts ordinal 0's weights there instead (XLA405).
+            return
         where = self._models[0]
         guard = self.ctx.facts.main_guard
         launchers = [guard] if guard is not None else []
@@ -82,6 +84,16 @@ class DistributedSeed(Rule):
                 self.finding(seed, f"{short(seed)}: the seed depends on the worker's rank",
                              "seed the model's weights with the same constant on every worker (a rank-dependent "
                              "seed is fine for data augmentation only, after the model is built)")
+
+    def _program_wraps_ddp(self) -> bool:
+        if any(self.ctx.qualnames(m.func) & set(DDP) for m in self._models):
+            return True
+        project = self.ctx.project
+        if project is None:
+            return False
+        from xla_migrate.analysis.update_sites import program_of
+
+        return bool(program_of(project.index, project.rel).sites("ddp_wraps"))
 
     def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         current = self.ctx.parent(node)

@@ -19,7 +19,14 @@ What it does:
     Every other loop keeps its reduction in ``xm.optimizer_step(optimizer)`` (XLA204/XLA202). With
     gradient accumulation (the step inside ``if (i + 1) % k == 0:``) the reduction goes at the top of
     that block, before the first statement that touches the gradients, so it runs once per step rather than
-    per micro-batch. A loop that already all-reduces fetched gradients is left alone.
+    per micro-batch. A loop that already all-reduces fetched gradients is left alone. Each update is paired
+    with the backward that feeds it: the AMP and the fp32 branch of a loop each get their own reduction, a
+    GAN's updates reduce only what they step. A call the step model cannot follow that is handed the model
+    or the optimizer between the backward and the update (``clip_gradients(model, clip)`` of another
+    module) counts as a read: the reduction goes before it. A function that runs a backward and an update
+    and that no loop of its module calls (a loss scaler's ``__call__`` that another module's loop calls) is
+    reduced there. Where the script reduces the gradients itself (gradient hooks, an all-reduce over
+    ``.grad``), that reduction is reported: the xm form reduces every update again.
 
 Why:
     ``xm.optimizer_step`` all-reduces the gradients just before it steps, which is too late when they were
@@ -49,8 +56,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.engine.rule import Rule
 from xla_migrate.analysis.steps import Reduction
+from xla_migrate.analysis.update_sites import summarize
+from xla_migrate.engine.rule import Rule
+from xla_migrate.syntax import patterns
 from xla_migrate.transforms.distributed import distributed_common as common
 
 _COMMENT = "# All-reduce the gradients once, before they are read (unscale_/clip); the step does not reduce again."
@@ -68,6 +77,17 @@ class GradientAllReduce(Rule):
         for decision in self.ctx.steps.reductions:
             if not decision.already_reduced:
                 self._insert(decision)
+        own = {(site.line, site.column): site for site in summarize(self.ctx.input_code).own_reductions}
+        if not own:
+            return
+        for call in patterns.find_all(node, lambda n: isinstance(n, cst.Call)):
+            site = own.get(self.ctx.position(call))
+            if site is not None:
+                self.finding(call, f"{site.what}: the script reduces the gradients itself here, and the xm form "
+                             "reduces every update again (xm.optimizer_step or the all-reduce after the backward): "
+                             "each update is reduced twice, one more collective per step",
+                             "remove the script's own gradient reduction (the xm form reduces every update), or "
+                             "migrate with --data-parallel ddp (auto does) to keep it")
 
     def _statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The statement holding ``node`` that sits in a block (one-line suites climb to their owner)."""

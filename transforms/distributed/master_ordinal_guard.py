@@ -50,8 +50,8 @@ class MasterOrdinalGuard(Rule):
         common.register(ctx, self.code)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
-        if not self.ctx.xm_form:
-            return  # the ddp form keeps the process group, and with it the script's ranks
+        if not self.ctx.xla_launched:
+            return  # torchrun starts the ddp form's workers (xla://): the script's ranks stay
         guard = common.master_guard(self.ctx, node)
         if guard is None:
             return

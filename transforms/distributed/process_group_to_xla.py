@@ -11,15 +11,18 @@ What it does:
       code it guarded ran when the script ran on several workers.
     - Where the script calls a collective without an xm form (``gather``, ``scatter``, ``all_gather_object``,
       or a call XLA410/XLA411 cannot rewrite: ``group=``, ``async_op=``, its value used), the process group
-      is kept on the ``2.9`` target instead, on the ``xla`` backend (``init_process_group("xla",
-      init_method="xla://")``), so the call keeps working; each such call is reported. On ``sagemaker``
-      (no ``xla://``) it is reported as needing an xm collective.
+      is kept instead, on the ``xla`` backend (as in the ddp form), so the call keeps working; each such call
+      is reported.
 
-    In the ddp form (``--data-parallel ddp``, the ``2.9`` target's default) the process group stays, on
+    In the ddp form (``--data-parallel ddp``, or what ``auto`` chooses) the process group stays, on
     torch_xla's backend: ``dist.init_process_group("nccl", init_method="env://", world_size=w, rank=r)`` ->
     ``dist.init_process_group("xla", init_method="xla://")`` with ``import torch_xla.distributed.xla_backend``
-    (``xla://`` derives the rank and world size; other keywords such as ``timeout=`` stay). Barriers,
-    ``is_initialized()``, collectives and ``destroy_process_group()`` keep working as written.
+    (``xla://``, torch_xla 2.1+, derives the rank and world size; other keywords such as ``timeout=`` stay).
+    On ``sagemaker`` (the 1.13 API, no ``xla://``) it becomes torch_xla 1.13's form,
+    ``dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size())``, after
+    ``os.environ.setdefault("MASTER_ADDR", "localhost")`` and ``os.environ.setdefault("MASTER_PORT",
+    "12355")``. Barriers, ``is_initialized()``, collectives and ``destroy_process_group()`` keep working as
+    written.
 
     In a script that is distributed but migrated with ``--single`` nothing distributed is rewritten, and
     one finding says so. ``torch.cuda.set_device(local_rank)`` is removed by XLA102.
@@ -52,6 +55,7 @@ import libcst as cst
 
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
+from xla_migrate.transforms.distributed import dist_all_reduce_to_xm as all_reduce_rule
 from xla_migrate.transforms.distributed import dist_gather_broadcast_to_xm as gather_broadcast
 from xla_migrate.transforms.distributed import distributed_common as common
 from xla_migrate.transforms.common import short
@@ -66,6 +70,8 @@ _GUARDS = ("is_initialized", "is_available", "is_nccl_available", "is_torchelast
 # init_process_group arguments xla:// derives (or that name another rendezvous): dropped in the ddp form.
 DERIVED = ("backend", "init_method", "world_size", "rank", "store")
 XLA_BACKEND = "torch_xla.distributed.xla_backend"
+# The rendezvous port of the 1.13 form (torch_xla's docs/ddp.md uses 12355): a default, so a launcher's wins.
+MASTER_PORT = "12355"
 # Other torch.distributed collectives: reported, their XLA form is an xm collective.
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "reduce",
                "reduce_scatter", "gather", "scatter", "all_to_all", "send", "recv", "new_group",
@@ -98,7 +104,9 @@ class ProcessGroupToXla(Rule):
                 self._on_xla_backend(node)
             return  # the process group stays: helpers and collectives work as written
         if name == "all_reduce" and common.active(ctx, "XLA410"):
-            return  # XLA410 rewrites it (or reports it)
+            if all_reduce_rule.rewritable(ctx, node) is None:
+                self._deferred.append((node, "all_reduce_kept"))  # XLA410 reports it; the group stays for it
+            return  # XLA410 rewrites it
         if common.active(ctx, "XLA411") and gather_broadcast.arguments(ctx, node) is not None:
             return  # XLA411 rewrites it into an xm collective
         if name in (*REMOVED, "is_initialized") or name in COLLECTIVES:
@@ -112,10 +120,19 @@ class ProcessGroupToXla(Rule):
         self._deferred: list[tuple[cst.Call, str]] = []
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        # all_reduce has an xm form (XLA410); the others do not.
-        unmapped = [node for node, name in self._deferred if name in COLLECTIVES and name != "all_reduce"]
-        keep = bool(unmapped) and "xla_process_group" in self.ctx.target.spellings
+        # all_reduce has an xm form (XLA410), unless XLA410 cannot rewrite the call; the others have none. A
+        # collective without one anywhere in the program (another module of a project) keeps the group too.
+        unmapped = [node for node, name in self._deferred if name == "all_reduce_kept" or (
+            name in COLLECTIVES and name != "all_reduce")]
+        elsewhere = self._unmapped_elsewhere()
+        keep = bool(unmapped or elsewhere) and "xla_process_group" in self.ctx.target.spellings
         for node, name in self._deferred:
+            if name == "all_reduce_kept":
+                continue
+            if keep and name == "init_process_group" and elsewhere and not unmapped:
+                self.finding(node, f"{short(node)}: the process group stays, on the xla backend, for a collective "
+                             f"without an xm form in another module of the program ({elsewhere})",
+                             "replace that collective with an xm one, and the process group can go")
             if not keep:
                 self._rewrite(node, name)
             elif name == "init_process_group":
@@ -126,6 +143,18 @@ class ProcessGroupToXla(Rule):
                              "init_method=\"xla://\")), and the call keeps working",
                              f"or replace it with an xm collective ({self.ctx.spell('all_gather')}, "
                              f"{self.ctx.spell('all_reduce')}) and remove the process group")
+
+    def _unmapped_elsewhere(self) -> str:
+        """Where another module of the program calls a collective without an xm form ("" when none does)."""
+        project = self.ctx.project
+        if project is None:
+            return ""
+        from xla_migrate.analysis.update_sites import program_of
+
+        program = program_of(project.index, project.rel)
+        found = [f"{rel}:{site.line} {site.what}" for rel, site in program.sites("collectives_without_xm")
+                 if rel != project.rel]
+        return ", ".join(found[:3])
 
     def _rewrite(self, node: cst.Call, name: str) -> None:
         ctx = self.ctx
@@ -152,20 +181,37 @@ class ProcessGroupToXla(Rule):
         common.free_imports(self, node)
 
     def _on_xla_backend(self, node: cst.Call) -> None:
-        """``init_process_group(<any backend>, ...)`` -> ``init_process_group("xla", init_method="xla://")``."""
+        """``init_process_group(<any backend>, ...)`` -> ``init_process_group("xla", init_method="xla://")``; on
+        a target without ``xla://`` (the 1.13 API) -> ``init_process_group("xla", rank=xm.get_ordinal(),
+        world_size=xm.xrt_world_size())`` after MASTER_ADDR/MASTER_PORT defaults (its env:// rendezvous
+        reads them; the XLA launcher sets neither)."""
         kept = [a for a in node.args if a.keyword is not None and a.keyword.value not in DERIVED and not a.star]
         dropped = [a for a in node.args if a not in kept]
         if any(a.star for a in node.args):
-            self.finding(node, f"{short(node)}: unpacked arguments", 'call init_process_group("xla", '
-                         'init_method="xla://") (import torch_xla.distributed.xla_backend first)')
+            self.finding(node, f"{short(node)}: unpacked arguments", f"call init_process_group("
+                         f"{self.ctx.target.spelling('xla_process_group').template.format(xm='xm')}) "
+                         "(import torch_xla.distributed.xla_backend first)")
+            return
+        statement = self.ctx.enclosing_statement(node)
+        needs_master = not self.ctx.target.torchrun_rendezvous
+        if needs_master and statement is None:
+            self.finding(node, f"{short(node)}: in a one-line block, where the MASTER_ADDR/MASTER_PORT defaults "
+                         "the xla process group needs cannot be added", "put it on its own line")
             return
         arguments = self.ctx.spell("xla_process_group")
         extra = "".join(f", {patterns.code_of(a.keyword)}={patterns.code_of(a.value)}" for a in kept)
         new_args = patterns.parsed_expression(f"f({arguments}{extra})").args
         self.ctx.imports.add((XLA_BACKEND, None))
+        derived = "xla:// derives them" if not needs_master else "the XLA ordinals replace them"
         self.replace(node, lambda updated: updated.with_changes(args=new_args),
                      f"{short(node)} -> the xla process group ({arguments}"
-                     f"{'; ' + ', '.join(_arg_name(a) for a in dropped) + ' dropped: xla:// derives them' if dropped else ''})")
+                     f"{'; ' + ', '.join(_arg_name(a) for a in dropped) + ' dropped: ' + derived if dropped else ''})")
+        if needs_master:
+            environ = f"{self.ctx.local_name('os', 'os')}.environ"
+            defaults = [self.ctx.statement(f'{environ}.setdefault("{key}", "{value}")')
+                        for key, value in (("MASTER_ADDR", "localhost"), ("MASTER_PORT", MASTER_PORT))]
+            self.insert_before(statement, defaults, "MASTER_ADDR/MASTER_PORT defaulted for the xla process "
+                               "group's rendezvous (the XLA launcher sets neither)")
 
     def _removable_if(self, statement: cst.Expr) -> cst.If | None:
         """The ``if`` around ``statement`` when it is the only thing it does and its test only asks

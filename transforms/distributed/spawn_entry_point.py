@@ -5,7 +5,10 @@ What it does:
 
     - ``mp.spawn(worker, args=(...), nprocs=n, join=True)`` -> ``xmp.spawn(worker, args=(...))``
       (``torch_xla.launch(worker, args=(...))`` on ``2.9``): both call ``worker(index, *args)``; the XLA
-      launcher starts one worker per device, so ``nprocs`` and ``join`` go.
+      launcher starts one worker per device, so ``nprocs`` and ``join`` go. A device count the launcher
+      passes to the workers (``ngpus_per_node = torch.cuda.device_count()``, then ``batch_size /
+      ngpus_per_node`` in the worker) is CUDA's, 0 on an XLA host: the worker rebinds that parameter to the
+      XLA world size first thing (one process per device; on one host, the device count).
     - Otherwise (torchrun scripts), ``def _mp_fn(index): main()`` is added once, right after the entry
       function, and the ``__main__`` block launches it instead of calling the entry function:
       ``main(args)`` becomes ``xmp.spawn(_mp_fn, args=(args,))`` with ``def _mp_fn(index, args):
@@ -96,7 +99,7 @@ class SpawnEntryPoint(Rule):
                 self._convert(call)
         elif _MP_FN in self._functions or self._launched:
             return
-        elif ctx.ddp_form:
+        elif ctx.ddp_form and not ctx.xla_launched:
             return  # the ddp form keeps the launcher: torchrun starts the workers, xla:// finds them
         elif not self._entry_point():
             return
@@ -119,11 +122,53 @@ class SpawnEntryPoint(Rule):
         else:
             inner = f"*{patterns.code_of(args.value)},"
         new = self.ctx.spell_expression("launch", patterns.code_of(fn), inner)
+        if args is not None and isinstance(args.value, cst.Tuple):
+            self._device_counts_passed(node, fn, args.value)
         dropped = [a.keyword.value for a in node.args if a.keyword and a.keyword.value not in ("fn", "args")]
         note = f" ({', '.join(dropped)} dropped: one worker per XLA device)" if dropped else ""
         self.replace(node, new, f"{short(node)} -> {short(new, 80)}{note}")
         self.import_may_be_dead("torch.multiprocessing", None)
         self.import_may_be_dead("torch", "multiprocessing")
+
+    def _device_counts_passed(self, node: cst.Call, fn: cst.BaseExpression, args: cst.Tuple) -> None:
+        """``ngpus_per_node = torch.cuda.device_count()`` passed to the workers (``batch_size / ngpus_per_node``):
+        0 on an XLA host. The worker rebinds its parameter to the XLA world size (one process per device: on
+        one host, the device count), first thing in its body."""
+        worker = self._functions.get(fn.value) if isinstance(fn, cst.Name) else None
+        if worker is None or not isinstance(worker.body, cst.IndentedBlock):
+            return
+        counts = self._device_count_names(node)
+        parameters = worker.params.params
+        statements = []
+        for position, element in enumerate(args.elements):
+            if not (isinstance(element.value, cst.Name) and element.value.value in counts):
+                continue
+            if position + 1 >= len(parameters):
+                continue
+            name = parameters[position + 1].name.value
+            statements.append(self.ctx.statement(f"{name} = {self.ctx.spell('world_size')}"))
+        if not statements:
+            return
+        statements[0] = statements[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            "# The XLA launcher starts one process per XLA device: the launcher's count was CUDA's (0 here)."))])
+        first = worker.body.body[0]
+        anchor, where = (first, "after") if patterns.is_docstring(first) else (first, "before")
+        message = (f"{', '.join(patterns.code_of(s.body[0].targets[0].target) for s in statements)} = the XLA world "
+                   "size in the worker: the device count passed by the launcher was torch.cuda.device_count()")
+        (self.insert_after if where == "after" else self.insert_before)(anchor, statements, message)
+
+    def _device_count_names(self, node: cst.Call) -> set[str]:
+        """Names the function holding ``node`` binds to ``torch.cuda.device_count()``."""
+        function = self.ctx.parent(node)
+        while function is not None and not isinstance(function, cst.FunctionDef):
+            function = self.ctx.parent(function)
+        root = function if function is not None else self.ctx.module
+        names = set()
+        for assign in patterns.find_all(root, lambda n: isinstance(n, cst.Assign)):
+            if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+                    and self.ctx.is_call_to(assign.value, "torch.cuda.device_count")):
+                names.add(assign.targets[0].target.value)
+        return names
 
     # torchrun scripts: _mp_fn ----------------------------------------------------------------------------------
     def _entry_point(self) -> bool:

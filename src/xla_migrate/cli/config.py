@@ -38,7 +38,7 @@ class Settings:
     extend_exclude: list[str] = field(default_factory=list)
     force_exclude: bool = False  # exclusions apply to files named on the command line too
     distributed: bool | None = None  # True/False: --distributed/--single; None: detected per script
-    data_parallel: str | None = None  # "ddp" / "xm" (--data-parallel); None: the target's default
+    data_parallel: str | None = None  # "auto" / "ddp" / "xm" (--data-parallel); None: the target's default
     config_path: Path | None = None
     config_dir: Path | None = None
     cli_exclude: list[str] | None = None  # --exclude: replaces exclude (relative to the current folder)

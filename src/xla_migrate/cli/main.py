@@ -245,7 +245,8 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
                original=data if in_place else None)
     _report(result, f"{label_in} -> {label_out}" if destination not in (None, "-", in_path) else label_in,
             verbose)
-    return EXIT_CHANGES if check and result.changed else EXIT_OK
+    # An update the xm form leaves unreduced (XLA413, --data-parallel xm asked for) fails the run as --check does.
+    return EXIT_CHANGES if (check and result.changed) or result.unreduced_updates else EXIT_OK
 
 
 def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer, only_changed, jobs,
@@ -338,7 +339,9 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
     _report_tree(outcomes, settings.target, dry, verbose, settings.data_parallel, project_summary)
     if any(o.error for o in outcomes):
         return EXIT_ERROR
-    return EXIT_CHANGES if check and any(o.changed for o in outcomes) else EXIT_OK
+    # An update the xm form leaves unreduced (XLA413, --data-parallel xm asked for) fails the run as --check does.
+    unreduced = any(f.code == "XLA413" for o in outcomes for _, f in o.findings)
+    return EXIT_CHANGES if (check and any(o.changed for o in outcomes)) or unreduced else EXIT_OK
 
 
 def _target_spec(name: str):
@@ -368,8 +371,13 @@ def _project_summary(outcomes, settings, index, index_seconds, sources):
             distributed = Decision(False, "detected: no distributed setup in the project")
     decisions["distributed"] = distributed
     if distributed.value:
-        form = settings.data_parallel or target.default_data_parallel
-        decisions["data_parallel"] = Decision(form, sources.get("data_parallel", f"default for the {target.name} target"))
+        requested = settings.data_parallel or target.default_data_parallel
+        chosen = sorted({o.data_parallel for o in outcomes if o.data_parallel}) or [requested]
+        source = sources.get("data_parallel", f"default for the {target.name} target")
+        reasons = sorted({o.data_parallel_reason for o in outcomes if o.data_parallel_reason})
+        if reasons:  # --data-parallel auto: what it chose, and why
+            source = f"{source}: {'; '.join(reasons)}"
+        decisions["data_parallel"] = Decision(", ".join(chosen), source)
     return summarize(outcomes, target, decisions, index, index_seconds)
 
 

@@ -219,6 +219,7 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         return data
     outcome.target = result.target
     outcome.data_parallel = result.data_parallel
+    outcome.data_parallel_reason = result.data_parallel_reason
     outcome.changes = [_in_cell(program, task.path, c) for c in result.changes]
     outcome.findings = sorted([*left_out, *(_in_cell(program, task.path, f) for f in result.findings)],
                               key=lambda item: (item[1].cell or 0, item[1].line, item[1].column))

@@ -216,7 +216,8 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
         result = MigrationResult(source="", code="\n" if changed else "", target=outcome.target or target,
                                  path=outcome.path, out_path=outcome.out_path,
                                  changes=[c for _, c in outcome.changes], findings=[f for _, f in outcome.findings],
-                                 data_parallel=outcome.data_parallel)
+                                 data_parallel=outcome.data_parallel,
+                                 data_parallel_reason=outcome.data_parallel_reason)
         if outcome.releases:
             result.releases = outcome.releases
         if outcome.error:
@@ -230,7 +231,7 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
 
 def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel: str | None = None,
                  project_summary=None) -> None:
-    from ..engine.targets import describe_releases, get_target, parse_version, release_fits
+    from ..engine.targets import describe_releases, parse_version, release_fits
 
     results = _as_results(outcomes, target)
     if _machine_report(results):
@@ -265,9 +266,8 @@ def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel:
     changes = sum(len(o.changes) for o in scripts)
     findings = sum(len(o.findings) for o in scripts)
     need = "needs" if findings == 1 else "need"
-    form = ""
-    if any(o.data_parallel for o in scripts):
-        form = f"; data parallel {data_parallel or get_target(target).default_data_parallel}"
+    forms = sorted({o.data_parallel for o in scripts if o.data_parallel})
+    form = f"; data parallel {', '.join(forms)}" if forms else ""
     _err(f"{_plural(len(scripts), 'file')}: {len(changed)} {'would change' if dry else 'changed'} "
          f"({_plural(changes, 'change')}), {_plural(findings, 'finding')} {need} a human, "
          f"{_plural(errors, 'error')} (target {target}{form}{runs_on})", "bold")

@@ -24,7 +24,7 @@ class Options:
     select: list[str] | None
     ignore: list[str] | None
     distributed: bool | None  # None: detected per script
-    data_parallel: str | None  # "ddp" / "xm"; None: the target's default
+    data_parallel: str | None  # "auto" / "ddp" / "xm"; None: the target's default
     write: bool  # write outputs (a mirror or in place); False for --diff/--check
     copy_others: bool  # a mirror copies what it does not change (not with --only-changed)
     want_diff: bool
@@ -58,6 +58,7 @@ class Outcome:
     releases: tuple | None = None
     target: str = ""
     data_parallel: str = ""  # the form a distributed script was migrated to ("" for a single-device one)
+    data_parallel_reason: str = ""  # why --data-parallel auto chose it
 
 
 # Ctrl-C ------------------------------------------------------------------------------------------------------
@@ -246,6 +247,7 @@ def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome)
         return data
     outcome.target = result.target
     outcome.data_parallel = result.data_parallel
+    outcome.data_parallel_reason = result.data_parallel_reason
     outcome.changes = [(f"{task.path}:{c.line}:{c.column}", c) for c in result.changes]
     outcome.findings = [(f"{task.path}:{f.line}:{f.column}", f) for f in result.findings]
     if result.changed:

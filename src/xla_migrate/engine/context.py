@@ -7,6 +7,7 @@ never see each other's output and one traversal serves them all.
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -134,12 +135,19 @@ class MigrationContext:
         # Distributed mode: forced by the caller (--distributed / --single), else detected by the facts pass.
         self.distributed: bool = self.facts.distributed if distributed is None else distributed
         # The data-parallel form (DESIGN.md section 7): "ddp" keeps torch.distributed and DDP on the xla
-        # process group, "xm" rebuilds the script on torch_xla's collectives (the seeds' recipe).
+        # process group, "xm" rebuilds the script on torch_xla's collectives (the seeds' recipe); "auto" is
+        # decided below, once the step model is built (analysis/data_parallel.py), and says why.
         self.data_parallel: str = target.default_data_parallel if data_parallel is None else data_parallel
+        self.data_parallel_reason: str = ""
         # The codes of the rules in this run (None: every rule), so a rule can tell whether another one runs.
         self._rule_codes = rule_codes
         # The step model: per loop, what one training or evaluation step does (analysis/steps/).
         self.steps = StepModel(self)
+        if self.data_parallel == "auto" and self.distributed:
+            from ..analysis.data_parallel import choose_form
+
+            verdict = choose_form(self, self._project_file_context)
+            self.data_parallel, self.data_parallel_reason = verdict.form, f"auto: {verdict.reason}"
         self.edits = Edits()
         self.changes: list[Change] = []
         self.findings: list[Finding] = []
@@ -159,6 +167,22 @@ class MigrationContext:
         self._scopes_list: list[Scope] | None = None
         self._torch_bound_locally: bool | None = None
         self._cuda_paths: CudaPaths | None = None
+
+    def _project_file_context(self, rel: str) -> MigrationContext | str:
+        """The analysis of another file of this file's project (the module holding the program's update, for
+        ``--data-parallel auto``), or why there is none."""
+        from ..syntax import native_parse
+
+        path = os.path.join(self.project.index.root, rel)
+        try:
+            with open(path, "rb") as handle:
+                module = native_parse.parse_module(handle.read())
+        except (OSError, cst.ParserSyntaxError, RecursionError, MemoryError, ValueError):
+            return f"{rel}, which holds the update, cannot be read or parsed"
+        with walk.fast_visits():
+            wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+            return MigrationContext(wrapper, self.target, distributed=True, data_parallel="xm",
+                                    project=self.project.index.view(path))
 
     def set_rule_codes(self, codes: frozenset[str]) -> None:
         """The rules of this run, once the engine has chosen them (after the facts say whether the script
@@ -535,6 +559,13 @@ class MigrationContext:
     def xm_form(self) -> bool:
         """A distributed migration in the xm form (the seeds' recipe)."""
         return self.distributed and self.data_parallel == "xm"
+
+    @property
+    def xla_launched(self) -> bool:
+        """The XLA launcher starts the workers (``xmp.spawn`` / ``torch_xla.launch``), so torchrun's variables
+        are unset there and ranks come from the XLA runtime: the xm form, and the ddp form of a target
+        without ``xla://`` (the 1.13 API: the group is joined with the XLA ordinals)."""
+        return self.xm_form or (self.ddp_form and not self.target.torchrun_rendezvous)
 
     # Recording -------------------------------------------------------------------------------------------
     def record_change(self, code: str, node: cst.CSTNode, message: str) -> Change:

@@ -42,6 +42,9 @@ class PipelineOutput:
     concepts: set[str]
     # The script was migrated as a distributed one (the data-parallel form applied to it).
     distributed: bool = False
+    # The data-parallel form it got ("ddp" / "xm") and, when --data-parallel auto chose it, why.
+    data_parallel: str = ""
+    data_parallel_reason: str = ""
 
 
 def cyclic_gc_paused(function):
@@ -243,7 +246,7 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
                  distributed: bool | None = None, data_parallel: str | None = None,
                  project=None) -> PipelineOutput:
     """``distributed``: True/False force the distributed or single-device migration; None detects it.
-    ``data_parallel``: "ddp" or "xm" (None: the target's default). ``project``: the file's view of the
+    ``data_parallel``: "auto", "ddp" or "xm" (None: the target's default, auto). ``project``: the file's view of the
     project index (``project.ProjectFile``), None for a file migrated alone."""
     # The analysis and the rules only read the tree: their visitors walk it rather than rebuild it. The
     # edits' transformers run outside, on libcst's own path (through the walk's hook they would recurse
@@ -285,6 +288,8 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         findings=sorted(ctx.findings),
         concepts=ctx.concepts,
         distributed=ctx.distributed,
+        data_parallel=ctx.data_parallel if ctx.distributed else "",
+        data_parallel_reason=ctx.data_parallel_reason if ctx.distributed else "",
     )
 
 

@@ -58,8 +58,14 @@ class Target:
     autocast_dtype: str | None = None
     aliases: tuple[str, ...] = field(default=())
     # The data-parallel form a distributed script gets unless --data-parallel says otherwise (DESIGN.md
-    # section 7): "ddp" keeps torch.distributed and DDP on the xla process group, "xm" is the seeds' recipe.
-    default_data_parallel: str = "xm"
+    # section 7): "ddp" keeps torch.distributed and DDP on the xla process group, "xm" is the seeds' recipe,
+    # "auto" takes xm where every update is shown reduced and the replicas start equal, else ddp
+    # (analysis/data_parallel.py).
+    default_data_parallel: str = "auto"
+    # torchrun can start the ddp form's workers: init_process_group("xla", init_method="xla://") reads its
+    # variables (torch_xla 2.1+). Without it (the 1.13 API) the ddp form launches with xmp.spawn and joins the
+    # group with the XLA ordinals and MASTER_ADDR/MASTER_PORT, as torch_xla 1.13's docs/ddp.md does.
+    torchrun_rendezvous: bool = False
     # What to install for the output (the releases the proof tier runs it on; tools/xla_envs.sh).
     pins: tuple[str, ...] = ()
 
@@ -96,16 +102,14 @@ def api_releases() -> dict[str, tuple[str, Spelling]]:
     return table
 
 
-DATA_PARALLEL_FORMS = ("ddp", "xm")
+DATA_PARALLEL_FORMS = ("auto", "ddp", "xm")
 
 
 def data_parallel_problem(target: Target, form: str) -> str | None:
-    """Why ``form`` cannot be used with ``target`` (one line), or None."""
+    """Why ``form`` cannot be used with ``target`` (one line), or None. Every target has both forms: the
+    ``xla`` process group exists from torch_xla 1.13 (its ``xla_backend``), only ``xla://`` is 2.1+."""
     if form not in DATA_PARALLEL_FORMS:
         return f"--data-parallel {form}: unknown form (known: {', '.join(DATA_PARALLEL_FORMS)})"
-    if form == "ddp" and "xla_process_group" not in target.spellings:
-        return (f"--data-parallel ddp needs torch_xla 2.1 or later (xla://); the {target.name} target emits the "
-                f"torch_xla {format_version(target.generation)} API: use --data-parallel xm or --target 2.9")
     return None
 
 
@@ -146,6 +150,10 @@ _SEEDS = {
     # same graph everywhere), then all-reduces them. In torch_xla since 1.13.0 (pytorch/xla #3952; 1.12 has
     # none), done the same way through 2.9.
     "collective_broadcast": Spelling("{xm}.collective_broadcast"),
+    # The ddp form on the 1.13 API (torch_xla 1.13 docs/ddp.md): the xla process group joined with the XLA
+    # ordinals (MASTER_ADDR/MASTER_PORT defaulted before it: the env:// rendezvous reads them).
+    "xla_process_group": Spelling('"xla", rank={xm}.get_ordinal(), world_size={xm}.xrt_world_size()',
+                                  removed_in=(2, 7)),
 }
 
 _CURRENT = {
@@ -184,7 +192,7 @@ TARGETS: dict[str, Target] = {
         generation=(2, 9),
         has_grad_scaler=False,
         autocast_dtype="bfloat16",
-        default_data_parallel="ddp",
+        torchrun_rendezvous=True,
         pins=("torch==2.9.0", "torch-xla==2.9.0"),
     ),
 }

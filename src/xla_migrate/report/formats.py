@@ -17,7 +17,8 @@ def summary(result: MigrationResult, label: str) -> str:
         what = "nothing to change"
     findings = len(result.findings)
     need = f"{findings} finding{'s' if findings != 1 else ''} need{'s' if findings == 1 else ''} a human"
-    form = f"; data parallel {result.data_parallel}" if result.data_parallel else ""
+    reason = f" ({result.data_parallel_reason})" if result.data_parallel_reason else ""
+    form = f"; data parallel {result.data_parallel}{reason}" if result.data_parallel else ""
     return f"{label}: {what}, {need} (target {result.target}{form}; output runs on {result.runs_on})"
 
 
@@ -81,6 +82,7 @@ def file_report(result: MigrationResult) -> dict:
         "out_path": result.out_path,
         "target": result.target,
         "data_parallel": result.data_parallel or None,
+        "data_parallel_reason": result.data_parallel_reason or None,
         "runs_on": {"text": result.runs_on, "min": format_version(low),
                     "below": format_version(high) if high else None},
         "changed": result.changed,

@@ -155,6 +155,15 @@ class CallPaths:
                 return found
         return None
 
+    def sites(self, kind: str) -> list[tuple[Function, cst.CSTNode]]:
+        """Every node of this kind in the module (``STEP``, ``BACKWARD``...), in any function, whether a loop
+        reaches it or not, with the function holding it."""
+        return [(function, raw.node) for function, raws in self._c.raw.items() for raw in raws if raw.kind == kind]
+
+    def function_of(self, node: cst.CSTNode) -> Function:
+        """The function whose own code holds ``node`` (None: the module's code)."""
+        return self._c.where.get(node, (None, None))[0]
+
     def effects(self, function: cst.FunctionDef, depth: int = 0) -> list[Event]:
         """What one call of ``function`` does: its events, following its own calls (paths start below it)."""
         if function in self._effects:

@@ -177,7 +177,9 @@ class _Collector(cst.CSTVisitor):
             self.self_instances.setdefault((self.function_class[self._function], target.attr.value), class_name)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == "grad":
+        parent = self.ctx.parent(node)
+        # ``p.grad``, not a function named grad (``torch.autograd.grad(...)``).
+        if node.attr.value == "grad" and not (isinstance(parent, cst.Call) and parent.func is node):
             self._record(GRAD, node)
 
     def visit_Call(self, node: cst.Call) -> None:
