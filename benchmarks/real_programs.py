@@ -157,6 +157,32 @@ def copy_missing_files(orig: Path, out: Path) -> int:
     return copied
 
 
+def notebook_script(notebook: Path) -> Path:
+    """A notebook entry runs as a script of its code cells, in order (IPython lines become comments), written
+    beside it: NAME.ipynb -> NAME_ipynb.py, for the original and, from the migrated notebook, for the output."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    lines = []
+    for cell in cells:
+        if cell.get("cell_type") != "code":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if source.lstrip().startswith("%%"):
+            continue  # a cell magic: another language, or timing
+        for line in source.splitlines():
+            stripped = line.lstrip()
+            lines.append(f"{line[:len(line) - len(stripped)]}pass  # {stripped}" if stripped.startswith(("%", "!"))
+                         else line)
+        lines.append("")
+    script = notebook.with_name(notebook.stem + "_ipynb.py")
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return script
+
+
+def entry_script(recipe: Recipe, root: Path) -> Path:
+    entry = root / recipe.entry
+    return entry.with_name(entry.stem + "_ipynb.py") if entry.suffix == ".ipynb" else entry
+
+
 LAUNCHER = '''\
 """Runs the original entry in its own folder (real-programs suite launcher; not part of the program).{amp}"""
 import os, runpy, sys
@@ -207,7 +233,7 @@ class Context:
 
 
 def run_original(recipe: Recipe, ctx: Context, orig: Path) -> dict:
-    process = verify.run_plain(ctx.pythons["current"], orig / recipe.entry, [*recipe.args, *recipe.original_args],
+    process = verify.run_plain(ctx.pythons["current"], entry_script(recipe, orig), [*recipe.args, *recipe.original_args],
                                cwd=str(orig / recipe.cwd), loss_regex=recipe.loss_regex,
                                timeout=recipe.timeout * ctx.timeout_scale, env=ctx.env(recipe, "current", orig))
     return {"exit_status": process.returncode, "timed_out": process.timed_out,
@@ -221,6 +247,8 @@ def migrate(recipe: Recipe, ctx: Context, orig: Path, out: Path, target: str, fo
     cmd = [*ctx.tool, str(orig), "--out", str(out), "--target", target, "-j", "1", "-q", "--report", str(report_path)]
     if form:
         cmd += ["--data-parallel", form]
+    if recipe.entry.endswith(".ipynb"):  # the original's script of the notebook is not part of the program
+        cmd += ["--extend-exclude", Path(recipe.entry).stem + "_ipynb.py"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(out.parent), timeout=600)
     record = {"command": " ".join(cmd[len(ctx.tool):]), "exit_status": proc.returncode,
@@ -256,6 +284,8 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
         record["skipped"] = f"migration failed: {record['migrate'].get('error')}"
         return record
     record["migrate"]["copied_files"] = copy_missing_files(orig, out)
+    if recipe.entry.endswith(".ipynb"):
+        notebook_script(out / recipe.entry)
     if original["exit_status"] != 0:
         record["skipped"] = "the original does not run on CPU torch"
         return record
@@ -264,13 +294,13 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
         return record
     metrics_file = work / f"metrics-{slug}.txt"
     metrics_file.unlink(missing_ok=True)
-    launcher = write_launcher(work / f"original-{slug}.py", orig / recipe.entry, orig / recipe.cwd,
+    launcher = write_launcher(work / f"original-{slug}.py", entry_script(recipe, orig), orig / recipe.cwd,
                               recipe.original_args, [orig / p for p in recipe.pythonpath],
                               [out / p for p in recipe.pythonpath])
     env = ctx.env(recipe, env_name, out)
     env["XLA_METRICS_FILE"] = str(metrics_file)
     timeout = recipe.timeout * ctx.timeout_scale
-    cmd = [*ctx.tool, "verify", str(out / recipe.entry), "--against", str(launcher), "--python",
+    cmd = [*ctx.tool, "verify", str(entry_script(recipe, out)), "--against", str(launcher), "--python",
            ctx.pythons[env_name], "--format", "json", "--loss-regex", recipe.loss_regex, "--timeout", str(timeout),
            "--", *recipe.args]
     try:
@@ -299,14 +329,14 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
 def run_resume(recipe: Recipe, ctx: Context, orig: Path, out: Path, env_name: str) -> dict:
     """The original and the output each resume from the checkpoint their own first run wrote."""
     regex = recipe.resume.loss_regex or recipe.loss_regex
-    original = verify.run_plain(ctx.pythons[env_name], orig / recipe.entry,
+    original = verify.run_plain(ctx.pythons[env_name], entry_script(recipe, orig),
                                 [*recipe.resume.args, *recipe.original_args], cwd=str(orig / recipe.cwd),
                                 loss_regex=regex, timeout=recipe.timeout * ctx.timeout_scale,
                                 env=ctx.env(recipe, env_name, orig))
     env = ctx.env(recipe, env_name, out)
     env.update(PJRT_DEVICE="CPU", CUDA_VISIBLE_DEVICES="")
     work = Path(tempfile.mkdtemp(prefix="resume-", dir=out.parent))
-    migrated = verify._run([ctx.pythons[env_name], str(out / recipe.entry), *recipe.resume.args], env,
+    migrated = verify._run([ctx.pythons[env_name], str(entry_script(recipe, out)), *recipe.resume.args], env,
                            str(out / recipe.cwd), recipe.timeout * ctx.timeout_scale, work)
     shutil.rmtree(work, ignore_errors=True)
     if original.returncode != 0:
@@ -328,6 +358,13 @@ def run_program(recipe: Recipe, ctx: Context) -> dict:
               "args": list(recipe.args), "random": recipe.random, "amp": recipe.amp, "notes": recipe.notes}
     try:
         prepare_copy(recipe, repo_folder(ctx.cache, recipe.repo), orig)
+        if recipe.data_script:
+            made = subprocess.run([ctx.pythons["current"], "-c", recipe.data_script], cwd=orig, capture_output=True,
+                                  text=True, env=ctx.env(recipe, "current", orig), timeout=300)
+            if made.returncode != 0:
+                raise RecipeError(f"data_script: {verify._last_error_line(made.stderr)}")
+        if recipe.entry.endswith(".ipynb"):
+            notebook_script(orig / recipe.entry)
     except (RecipeError, OSError) as error:
         record["error"] = f"recipe: {error}"
         return record
@@ -356,8 +393,8 @@ def find_pythons(args: argparse.Namespace) -> dict[str, str]:
 
 def setup_extras(extras: Path, pythons: dict[str, str]) -> None:
     """The programs' own dependencies, beside (never inside) the shared torch environments."""
-    requirements = RECIPES / "requirements.txt"
-    steps = [(pythons["current"], extras / "common", ["-r", str(requirements)], [])]
+    steps = [(pythons["current"], extras / "common", ["-r", str(RECIPES / "requirements.txt")], []),
+             (pythons["current"], extras / "common", ["-r", str(RECIPES / "requirements-nodeps.txt")], ["--no-deps"])]
     steps += [(pythons[name], extras / f"tv-{name}", [pin], ["--no-deps"]) for name, pin in TORCHVISION.items()]
     for python, dest, what, flags in steps:
         print(f"installing {' '.join(what)} into {dest}", file=sys.stderr)
@@ -377,7 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--setup", action="store_true", help="install the programs' dependencies, then exit")
     parser.add_argument("--list", action="store_true", help="list the recipes, then exit")
     parser.add_argument("--only", help="comma-separated recipe names")
-    parser.add_argument("--targets", default="2.9,sagemaker", help="comma-separated: 2.9, sagemaker")
+    parser.add_argument("--targets", default="2.9,sagemaker", help="comma-separated: 2.9, sagemaker; none: originals only")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="programs at a time (default 1)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--compare", type=Path, metavar="OLD.json", help="print what got better and worse since")
@@ -388,7 +425,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tool", default=f"{sys.executable} -m xla_migrate",
                         help="the xla-migrate command line to measure (default: this checkout's)")
     args = parser.parse_args(argv)
-    args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    # "none": only the originals (while writing a recipe)
+    args.targets = [t.strip() for t in args.targets.split(",") if t.strip() and t.strip() != "none"]
     bad = [t for t in args.targets if t not in ENV_OF_TARGET]
     if bad:
         parser.error(f"--targets: unknown target {bad[0]} (known: {', '.join(ENV_OF_TARGET)})")

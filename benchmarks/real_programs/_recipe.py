@@ -46,6 +46,7 @@ class Recipe:
     substitutions: tuple[Substitution, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # small files of our own (tiny configs), by path
     data: Callable[[Path], None] | None = None  # makes the fake data inside the copy
+    data_script: str = ""  # Python run in the copy with the torch 2.9 interpreter, for data only torch writes
     cwd: str = ""  # the run's working folder, relative to the copy
     pythonpath: tuple[str, ...] = ()  # folders of the copy put on sys.path (an installed package's root)
     loss_regex: str = DEFAULT_LOSS_REGEX
