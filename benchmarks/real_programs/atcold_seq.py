@@ -1,0 +1,29 @@
+"""Atcold/NYU-DLSP20 08-seq_classification.ipynb: a notebook: RNN and LSTM sequence classifiers on generated
+sequences (batches padded to their longest sequence), train/test helpers that read `.item()` per batch."""
+
+from pathlib import Path
+
+from _fakedata import image
+from _recipe import Recipe, Substitution
+
+NOTEBOOK = "08-seq_classification.ipynb"
+
+def data(root: Path) -> None:
+    image(root / "res" / "ziegler.png", 256, seed=3)  # a colour map its plotting module reads (binary: not cached)
+
+
+RECIPE = Recipe(
+    name="atcold_seq",
+    repo="Atcold/NYU-DLSP20",
+    entry=NOTEBOOK,
+    style="notebook (course), RNN/LSTM",
+    keep=(NOTEBOOK, "res"),
+    # 128 sequences an epoch (not 1000), 2 epochs for the first two models and 1 for the others (not 10 / 100)
+    substitutions=(Substitution(NOTEBOOK, "max_epochs  = 100", "max_epochs  = 1", 3),
+                   Substitution(NOTEBOOK, "max_epochs  = 10", "max_epochs  = 2", 2),
+                   Substitution("res/sequential_tasks.py", "1000. / self.batch_size", "128. / self.batch_size")),
+    data=data,
+    loss_regex=r"\] loss: ([-+\d.e]+|nan|inf)",
+    random="unseeded sequence generator (NumPy) in the notebook's first models",
+    timeout=400,
+)

@@ -1,0 +1,18 @@
+"""locuslab/TCN copy_memory/copymem_test.py: the copy-memory task (synthetic, made in the script), RMSprop,
+gradient clipping, accuracy from a per-batch argmax; data on the device, sliced with Python offsets."""
+
+from _recipe import Recipe, Substitution
+
+RECIPE = Recipe(
+    name="tcn_copymem",
+    repo="locuslab/TCN",
+    entry="TCN/copy_memory/copymem_test.py",
+    style="sequence model (TCN), data on the device",
+    keep=("TCN",),
+    cwd="TCN/copy_memory",
+    substitutions=(Substitution("TCN/copy_memory/copymem_test.py", "n_train = 10000", "n_train = 320"),
+                   Substitution("TCN/copy_memory/copymem_test.py", "n_test = 1000", "n_test = 64")),
+    args=("--epochs", "2", "--blank_len", "20", "--levels", "3", "--nhid", "8", "--ksize", "3", "--log-interval", "2"),
+    original_args=("--cuda",),
+    timeout=300,
+)

@@ -1,0 +1,354 @@
+"""The real-programs suite's figures: torch_xla's metrics file read, loss curves compared, this suite's own
+verdict and whether verify's agrees, the table and summary printed, and two runs' JSON compared.
+
+Pure functions of the runs' records (no process is started here): benchmarks/real_programs.py runs the programs,
+tests/test_real_programs.py checks these.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from xla_migrate import verify  # noqa: E402  (the product's warm-up, thresholds and AMP check)
+
+CURVE_TOLERANCE = 0.10  # relative L1 of the smoothed curves, for programs that draw random numbers on the device
+STATUS_RANK = {"clean": 0, "slowdown": 1, "not-on-xla": 2, "divergence": 3, "crash": 4, "cannot-run": 5}
+# Problem kinds both verify and this suite measure (verify's host-reads has no independent counterpart here:
+# the metrics file cannot tell reads inside step closures from the others).
+SHARED_KINDS = {"crash", "losses", "recompilation", "executions", "fallback", "no-step-marker", "not-on-xla"}
+
+# Measuring -----------------------------------------------------------------------------------------------------
+
+
+def parse_metrics_file(text: str) -> list[dict]:
+    """torch_xla's XLA_METRICS_FILE: one block per step marker; each block's metrics (total samples) and counters."""
+    blocks: list[dict] = []
+    current: dict | None = None
+    name, kind = None, None
+    for line in text.splitlines():
+        if line.startswith("[MetricsData;"):
+            current = {"metrics": {}, "counters": {}}
+            blocks.append(current)
+            continue
+        if current is None:
+            continue
+        if line.startswith("Metric: "):
+            name, kind = line[len("Metric: "):].strip(), "metrics"
+        elif line.startswith("Counter: "):
+            name, kind = line[len("Counter: "):].strip(), "counters"
+        elif name and line.strip().startswith(("TotalSamples:", "Value:")):
+            value = line.split(":", 1)[1].strip()
+            try:
+                current[kind][name] = int(float(value))
+            except ValueError:
+                pass
+            name = None
+    return blocks
+
+
+def _counts(block: dict) -> dict:
+    counters, metrics = block["counters"], block["metrics"]
+    launched = counters.get("CachedCompile", 0) + counters.get("UncachedCompile", 0)
+    fallbacks = {k: v for k, v in counters.items() if k.startswith("aten::") and k != "aten::_local_scalar_dense"}
+    return {"compiles": metrics.get("CompileTime", 0), "executions": max(launched, metrics.get("ExecuteTime", 0)),
+            "reads": counters.get("aten::_local_scalar_dense", 0), "fallbacks": fallbacks}
+
+
+def metrics_figures(blocks: list[dict]) -> dict:
+    """Compilations after warm-up, graph executions and host reads per step after warm-up, fallback ops, with
+    verify's warm-up (the first 5 step markers, half of a shorter run)."""
+    if not blocks:
+        return {"markers": 0, "compiles": 0, "compiles_after_warmup": 0, "executions": 0,
+                "executions_per_step": None, "reads": 0, "reads_per_step": None, "fallbacks": {}}
+    counts = [_counts(b) for b in blocks]
+    warm = verify.warmup_markers(len(blocks))
+    window = len(blocks) - warm if warm else 0
+    at_warm, last = (counts[warm - 1] if warm else counts[0]), counts[-1]
+    per_step = (lambda key: round((last[key] - at_warm[key]) / window, 3) if window else None)
+    return {"markers": len(blocks), "warmup": warm, "after_warmup": window, "compiles": last["compiles"],
+            "compiles_after_warmup": last["compiles"] - at_warm["compiles"] if window else 0,
+            "executions": last["executions"], "executions_per_step": per_step("executions"),
+            "reads": last["reads"], "reads_per_step": per_step("reads"), "fallbacks": last["fallbacks"]}
+
+
+def smooth(values: list[float], width: int) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        part = values[max(0, i - width + 1): i + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def compare_losses(values: list[float], reference: list[float], *, amp: bool, random: bool) -> dict:
+    """The migrated run's losses against the original's: strict for fp32, by the curve for random programs."""
+    result = {"values": len(values), "original": len(reference), "max_delta": None, "mode": None, "ok": None,
+              "tolerance": None, "relative_l1": None, "note": ""}
+    count = min(len(values), len(reference))
+    if count:
+        deltas = [abs(a - b) for a, b in zip(values[:count], reference[:count])]
+        result["max_delta"] = max(deltas) if all(math.isfinite(d) for d in deltas) else float("inf")
+    if not reference:
+        result["note"] = "the original printed no loss"
+        return result
+    if not values:
+        result.update(ok=False, note="no loss in the output's run")
+        return result
+    if amp:
+        result.update(mode="amp", tolerance="finite and decreasing", ok=verify.finite_and_decreasing(values))
+        return result
+    if len(values) != len(reference):
+        result.update(mode="random" if random else "fp32", ok=False,
+                      note=f"{len(values)} loss values, the original {len(reference)}")
+        return result
+    if random:
+        width = max(1, count // 4)
+        a, b = smooth(values, width), smooth(reference, width)
+        scale = sum(abs(x) for x in b) or 1.0
+        rel = sum(abs(x - y) for x, y in zip(a, b)) / scale
+        result.update(mode="random", tolerance=CURVE_TOLERANCE, relative_l1=round(rel, 4),
+                      ok=math.isfinite(rel) and rel <= CURVE_TOLERANCE)
+        return result
+    result.update(mode="fp32", tolerance=verify.FP32_TOLERANCE,
+                  ok=result["max_delta"] is not None and result["max_delta"] <= verify.FP32_TOLERANCE)
+    return result
+
+
+def own_problems(run: dict, figures: dict, losses: dict) -> list[str]:
+    """This suite's verdict from its own figures, in verify's problem kinds (plus not-on-xla)."""
+    if run.get("timed_out") or run.get("exit_status") != 0:
+        return ["crash"]
+    kinds = []
+    if figures["executions"] == 0:
+        kinds.append("not-on-xla")
+    elif figures["markers"] == 0:
+        kinds.append("no-step-marker")
+    window = figures.get("after_warmup") or 0
+    if window:
+        allowed = min(verify.LATE_COMPILES, max(1, window // 2))
+        if figures["compiles_after_warmup"] > allowed:
+            kinds.append("recompilation")
+        if figures["executions_per_step"] * window > window + max(1, window // 10):
+            kinds.append("executions")
+    if figures["fallbacks"]:
+        kinds.append("fallback")
+    if losses.get("ok") is False:
+        kinds.append("losses")
+    return kinds
+
+
+def status_of(kinds: list[str]) -> str:
+    if "crash" in kinds or "timeout" in kinds:
+        return "crash"
+    if "losses" in kinds:
+        return "divergence"
+    if "not-on-xla" in kinds:
+        return "not-on-xla"
+    return "slowdown" if kinds else "clean"
+
+
+def agreement(own: list[str], verify_report: dict | None) -> tuple[bool | None, str]:
+    """Whether verify found the problems this suite found (on the kinds both measure), and how they differ."""
+    if not verify_report:
+        return None, "verify gave no report"
+    theirs = {"crash" if p["kind"] == "timeout" else p["kind"] for p in verify_report["verdict"]["problems"]}
+    if verify_report["verdict"]["status"] == "cannot-run":
+        return False, f"verify cannot run: {verify_report['verdict']['line']}"
+    mine, theirs = set(own) & SHARED_KINDS, theirs & SHARED_KINDS
+    if mine == theirs:
+        return True, ""
+    parts = []
+    if mine - theirs:
+        parts.append("verify misses " + ", ".join(sorted(mine - theirs)))
+    if theirs - mine:
+        parts.append("verify also says " + ", ".join(sorted(theirs - mine)))
+    return False, "; ".join(parts)
+
+
+# The table, the summary, the comparison -------------------------------------------------------------------------
+
+
+def _num(value, fmt: str = "{:g}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def losses_cell(losses: dict | None) -> str:
+    if not losses or losses.get("mode") is None:
+        return "-" if not losses or not losses.get("note") else "no loss"
+    if losses["values"] != losses["original"] and losses["mode"] != "amp":
+        return f"{losses['values']}/{losses['original']} vals"
+    if losses["mode"] == "amp":
+        return "amp ok" if losses["ok"] else "amp BAD"
+    if losses["mode"] == "random":
+        return f"{'~' if losses['ok'] else 'DIFF~'}{losses['relative_l1']:.2g}"
+    return f"{'=' if losses['ok'] else 'DIFF '}{losses['max_delta']:.2g}"
+
+
+def run_cell(variant: dict) -> str:
+    if variant.get("skipped"):
+        return "not run"
+    run = variant.get("run") or {}
+    if run.get("timed_out"):
+        return "timeout"
+    return "ok" if run.get("exit_status") == 0 else ("crash" if run.get("exit_status") is not None else "no report")
+
+
+def rows(results: list[dict]) -> list[list[str]]:
+    table = []
+    for program in results:
+        if program.get("error"):
+            table.append([program["name"], "-", "-", "recipe error", *["-"] * 9])
+            continue
+        original_ok = program["original"]["exit_status"] == 0
+        for v in program["variants"]:
+            m = v["migrate"]
+            migrated = f"{m.get('changes', '-')}/{m.get('findings', '-')}" if m["exit_status"] == 0 else "FAILED"
+            run = run_cell(v) if original_ok or v.get("skipped") else f"{run_cell(v)} (orig fails)"
+            own, report = v.get("own") or {}, (v.get("verify") or {}).get("report")
+            verdict = (f"{report['verdict']['status']} ({report['verdict']['exit_code']})" if report
+                       else ("-" if v.get("skipped") else "no report"))
+            agrees = "-" if v.get("agrees") is None else ("yes" if v["agrees"] else "NO")
+            fallbacks = sum((own.get("fallbacks") or {}).values()) if own else None
+            table.append([program["name"], v["label"], migrated, run, losses_cell(v.get("losses")),
+                          _num(own.get("compiles_after_warmup")), _num(own.get("executions_per_step"), "{:.2g}"),
+                          _num(own.get("reads_per_step"), "{:.2g}"), _num(fallbacks), v.get("status", "-"),
+                          verdict, agrees, (v.get("resume") or {}).get("status", "n/a")])
+    return table
+
+
+HEADER = ["program", "target", "chg/find", "run", "losses", "late comp", "exec/step", "reads/step", "fallback",
+          "own verdict", "verify", "agree", "resume"]
+
+
+def render_table(results: list[dict]) -> list[str]:
+    body = rows(results)
+    widths = [max(len(str(r[i])) for r in [HEADER, *body]) for i in range(len(HEADER))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return [line(HEADER), "-" * len(line(HEADER)), *map(line, body)]
+
+
+def render_notes(results: list[dict]) -> list[str]:
+    """One line per thing the table cannot show: crashes, skips, disagreements, original failures."""
+    notes = []
+    for program in results:
+        name = program["name"]
+        if program.get("error"):
+            notes.append(f"{name}: {program['error']}")
+            continue
+        original = program["original"]
+        if original["exit_status"] != 0:
+            notes.append(f"{name}: the original fails on CPU torch: {original['last_error_line']}")
+        for v in program["variants"]:
+            where = f"{name} [{v['label']}]"
+            if v.get("skipped"):
+                notes.append(f"{where}: not run: {v['skipped']}")
+                continue
+            run = v.get("run") or {}
+            if run.get("exit_status") != 0:
+                notes.append(f"{where}: {'timed out' if run.get('timed_out') else 'crash'}: "
+                             f"{run.get('last_error_line') or (v.get('verify') or {}).get('error')}")
+            if v.get("losses", {}).get("note"):
+                notes.append(f"{where}: losses: {v['losses']['note']}")
+            if v.get("agrees") is False:
+                notes.append(f"{where}: verify disagrees: {v['disagreement']}")
+            if (v.get("resume") or {}).get("error"):
+                notes.append(f"{where}: resume: {v['resume']['error']}")
+    return notes
+
+
+def summarize(results: list[dict]) -> dict[str, dict]:
+    """Per target label: the figures the round's issues report."""
+    out: dict[str, dict] = {}
+    for program in results:
+        if program.get("error"):
+            continue
+        original_ok = program["original"]["exit_status"] == 0
+        for v in program["variants"]:
+            s = out.setdefault(v["label"], {"programs": 0, "original_ran": 0, "run": 0, "ran_clean_exit": 0,
+                                            "new_crashes": 0, "losses_equal": 0, "one_graph_per_step": 0,
+                                            "no_late_compiles": 0, "no_fallbacks": 0, "verify_agrees": 0,
+                                            "not_run": 0})
+            s["programs"] += 1
+            if not original_ok:
+                continue
+            s["original_ran"] += 1
+            if v.get("skipped"):
+                s["not_run"] += 1
+                continue
+            s["run"] += 1
+            problems = v.get("problems") or []
+            if "crash" in problems:
+                s["new_crashes"] += 1
+                continue
+            s["ran_clean_exit"] += 1
+            s["losses_equal"] += bool(v["losses"].get("ok"))
+            s["one_graph_per_step"] += "executions" not in problems and "not-on-xla" not in problems
+            s["no_late_compiles"] += "recompilation" not in problems
+            s["no_fallbacks"] += "fallback" not in problems
+            s["verify_agrees"] += bool(v.get("agrees"))
+    return out
+
+
+def render_summary(summary: dict[str, dict]) -> list[str]:
+    lines = []
+    for name, s in summary.items():
+        lines.append(f"{name}: {s['programs']} programs, original ran {s['original_ran']}; of those, run "
+                     f"{s['run']} ({s['not_run']} not run): {s['ran_clean_exit']} ran without edits, "
+                     f"{s['new_crashes']} crashes the original did not have; {s['losses_equal']} losses equal "
+                     f"to the original, {s['one_graph_per_step']} at one graph execution per step, "
+                     f"{s['no_late_compiles']} without compilations after warm-up, {s['no_fallbacks']} without "
+                     f"CPU fallbacks; verify agrees on {s['verify_agrees']}")
+    return lines
+
+
+def _facts(variant: dict) -> dict:
+    """The comparable facts of one row: (value, better when) pairs."""
+    report = (variant.get("verify") or {}).get("report")
+    own, losses = variant.get("own") or {}, variant.get("losses") or {}
+    return {
+        "runs": (run_cell(variant) == "ok", "higher"),
+        "losses equal": (losses.get("ok"), "higher"),
+        "graph executions per step": (own.get("executions_per_step"), "lower"),
+        "compilations after warm-up": (own.get("compiles_after_warmup"), "lower"),
+        "host reads per step": (own.get("reads_per_step"), "lower"),
+        "fallback ops": (sum((own.get("fallbacks") or {}).values()) if own else None, "lower"),
+        "verify verdict": (STATUS_RANK.get(report["verdict"]["status"]) if report else None, "lower"),
+        "verify agrees": (variant.get("agrees"), "higher"),
+        "resume": ((variant.get("resume") or {}).get("status") == "ok"
+                   if (variant.get("resume") or {}).get("status") not in (None, "n/a") else None, "higher"),
+    }
+
+
+def _shown(fact: str, value) -> str:
+    if fact == "verify verdict":
+        return next(name for name, rank in STATUS_RANK.items() if rank == value)
+    return {True: "yes", False: "no"}.get(value, value) if isinstance(value, bool) else f"{value:g}"
+
+
+def compare(old: dict, new: dict) -> list[str]:
+    """What got better and worse between two runs' JSON, row by row (program and target)."""
+    def index(doc):
+        return {(p["name"], v["label"]): v for p in doc.get("programs", []) for v in p.get("variants", [])}
+
+    before, after = index(old), index(new)
+    better, worse = [], []
+    for key in sorted(before.keys() & after.keys()):
+        was, now = _facts(before[key]), _facts(after[key])
+        for fact, (value, direction) in now.items():
+            previous = was[fact][0]
+            if value is None or previous is None or value == previous:
+                continue
+            if isinstance(value, float) and abs(value - previous) < 0.05:
+                continue
+            up = (value > previous) == (direction == "higher")
+            text = f"{key[0]} [{key[1]}]: {fact} {_shown(fact, previous)} -> {_shown(fact, value)}"
+            (better if up else worse).append(text)
+    lines = [f"better ({len(better)}):", *[f"  {t}" for t in better], f"worse ({len(worse)}):",
+             *[f"  {t}" for t in worse]]
+    for key in sorted(after.keys() - before.keys()):
+        lines.append(f"new: {key[0]} [{key[1]}]")
+    for key in sorted(before.keys() - after.keys()):
+        lines.append(f"gone: {key[0]} [{key[1]}]")
+    return lines

@@ -1,0 +1,233 @@
+"""The real-programs suite's own logic (benchmarks/real_programs.py and real_programs_measure.py), without torch:
+torch_xla's metrics file read per step marker, the loss comparisons, the suite's verdict and its agreement
+with verify's, the comparison of two runs' JSON, the recipes themselves, and the copy/launcher plumbing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import real_programs as rp  # noqa: E402
+import real_programs_measure as measure  # noqa: E402
+from _recipe import Recipe, Substitution  # noqa: E402
+
+
+def metrics_block(step: int, compiles: int, cached: int, uncached: int, reads: int = 0, extra: str = "") -> str:
+    """One block as torch_xla's metrics_saver writes it (metrics with their samples, counters with a value)."""
+    return (f"[MetricsData; step={step}]\n"
+            f"Metric: CompileTime\n  TotalSamples: {compiles}\n  Accumulator: 1s\n  Percentiles: 1%=1ms\n"
+            f"Metric: ExecuteTime\n  TotalSamples: {cached + uncached}\n  Accumulator: 2ms\n"
+            f"Counter: CachedCompile\n  Value: {cached}\n"
+            f"Counter: UncachedCompile\n  Value: {uncached}\n"
+            f"Counter: aten::_local_scalar_dense\n  Value: {reads}\n{extra}\n")
+
+
+def test_metrics_file_gives_per_step_figures_after_verify_warmup():
+    # 8 markers (warm-up: the first 4, half of a run this short): 1 graph per step up to marker 5, then 2 per
+    # step (a read mid-step); a third compilation at marker 7; one host read per step; a fallback op at the end.
+    executions = [1, 2, 3, 4, 5, 7, 9, 11]
+    compiles = [1, 2, 2, 2, 2, 2, 3, 3]
+    blocks = [metrics_block(step, compiles[step], executions[step] - compiles[step], compiles[step], reads=step + 1,
+                            extra="Counter: aten::nonzero\n  Value: 4\n" if step == 7 else "")
+              for step in range(8)]
+    parsed = measure.parse_metrics_file("".join(blocks))
+    assert len(parsed) == 8
+    assert parsed[6]["metrics"]["CompileTime"] == 3 and parsed[6]["counters"]["CachedCompile"] == 6
+    figures = measure.metrics_figures(parsed)
+    assert figures["markers"] == 8 and figures["warmup"] == 4 and figures["after_warmup"] == 4
+    assert figures["compiles_after_warmup"] == 1
+    assert figures["executions_per_step"] == (11 - 4) / 4
+    assert figures["reads_per_step"] == 1.0
+    assert figures["fallbacks"] == {"aten::nonzero": 4}
+
+
+def test_no_metrics_means_no_device_work():
+    figures = measure.metrics_figures([])
+    assert figures["markers"] == 0 and figures["executions"] == 0 and figures["executions_per_step"] is None
+    problems = measure.own_problems({"exit_status": 0}, figures, {"ok": True})
+    assert problems == ["not-on-xla"] and measure.status_of(problems) == "not-on-xla"
+
+
+def test_fp32_losses_are_compared_value_by_value():
+    same = measure.compare_losses([1.0, 0.9, 0.8], [1.0, 0.9, 0.8005], amp=False, random=False)
+    assert same["ok"] and same["mode"] == "fp32" and same["max_delta"] == pytest.approx(5e-4)
+    off = measure.compare_losses([1.0, 0.95, 0.8], [1.0, 0.9, 0.8], amp=False, random=False)
+    assert off["ok"] is False and off["max_delta"] == pytest.approx(0.05)
+    short = measure.compare_losses([1.0, 0.9], [1.0, 0.9, 0.8], amp=False, random=False)
+    assert short["ok"] is False and "2 loss values, the original 3" in short["note"]
+    assert measure.compare_losses([], [1.0], amp=False, random=False)["ok"] is False
+    assert measure.compare_losses([1.0], [], amp=False, random=False)["ok"] is None  # nothing to compare with
+
+
+def test_random_programs_are_compared_by_the_smoothed_curve():
+    reference = [2.0, 1.8, 1.7, 1.5, 1.4, 1.3, 1.2, 1.1]
+    noisy = [2.05, 1.75, 1.72, 1.48, 1.42, 1.28, 1.22, 1.08]  # another draw of the same learning curve
+    close = measure.compare_losses(noisy, reference, amp=False, random=True)
+    assert close["mode"] == "random" and close["ok"] and close["relative_l1"] < measure.CURVE_TOLERANCE
+    flat = measure.compare_losses([2.0] * 8, reference, amp=False, random=True)  # stopped learning
+    assert flat["ok"] is False and flat["relative_l1"] > measure.CURVE_TOLERANCE
+
+
+def test_amp_programs_only_need_a_finite_decreasing_curve():
+    assert measure.compare_losses([2.0, 1.9, 1.5, 1.2], [1.0, 0.5, 0.2, 0.1], amp=True, random=False)["ok"]
+    assert not measure.compare_losses([2.0, float("nan"), 1.5, 1.2], [1.0] * 4, amp=True, random=False)["ok"]
+
+
+def figures(markers=10, executions_per_step=1.0, compiles_late=0, fallbacks=None):
+    return {"markers": markers, "after_warmup": markers - 5, "executions": 10, "compiles_after_warmup": compiles_late,
+            "executions_per_step": executions_per_step, "fallbacks": fallbacks or {}}
+
+
+def test_own_verdict_uses_verify_thresholds():
+    assert measure.own_problems({"exit_status": 1}, figures(), {"ok": True}) == ["crash"]
+    assert measure.own_problems({"exit_status": None, "timed_out": True}, figures(), {}) == ["crash"]
+    assert measure.own_problems({"exit_status": 0}, figures(), {"ok": True}) == []
+    # 5 steps after warm-up: one spare execution is allowed, two are not
+    assert measure.own_problems({"exit_status": 0}, figures(executions_per_step=1.2), {}) == []
+    assert measure.own_problems({"exit_status": 0}, figures(executions_per_step=1.4), {}) == ["executions"]
+    assert measure.own_problems({"exit_status": 0}, figures(compiles_late=3), {}) == ["recompilation"]
+    kinds = measure.own_problems({"exit_status": 0}, figures(fallbacks={"aten::nonzero": 2}), {"ok": False})
+    assert kinds == ["fallback", "losses"] and measure.status_of(kinds) == "divergence"
+
+
+def verify_report(status: str, *kinds: str) -> dict:
+    return {"verdict": {"status": status, "exit_code": 0 if status == "clean" else 1, "line": f"verdict: {status}",
+                        "problems": [{"kind": k, "message": k} for k in kinds]}}
+
+
+def test_agreement_is_judged_on_the_kinds_both_measure():
+    assert measure.agreement([], verify_report("clean")) == (True, "")
+    # verify's host-read finding has no independent counterpart: it neither agrees nor disagrees
+    assert measure.agreement([], verify_report("slowdown", "host-reads")) == (True, "")
+    assert measure.agreement(["crash"], verify_report("crash", "timeout")) == (True, "")
+    agrees, why = measure.agreement(["losses"], verify_report("clean"))
+    assert agrees is False and why == "verify misses losses"
+    agrees, why = measure.agreement([], verify_report("divergence", "losses"))
+    assert agrees is False and why == "verify also says losses"
+    agrees, why = measure.agreement(["not-on-xla"], verify_report("clean"))
+    assert agrees is False and "not-on-xla" in why
+    assert measure.agreement([], None) == (None, "verify gave no report")
+
+
+def variant(label="2.9", exit_status=0, ok=True, per_step=1.0, status="clean", agrees=True, resume="n/a"):
+    return {"label": label, "run": {"exit_status": exit_status}, "losses": {"ok": ok},
+            "own": {"executions_per_step": per_step, "compiles_after_warmup": 0, "reads_per_step": 0.0,
+                    "fallbacks": {}},
+            "verify": {"report": verify_report(status)}, "agrees": agrees, "resume": {"status": resume}}
+
+
+def test_compare_lists_what_got_better_and_worse():
+    old = {"programs": [{"name": "a", "variants": [variant(exit_status=1, ok=None, status="crash", per_step=None)]},
+                        {"name": "b", "variants": [variant(per_step=1.0), variant("sagemaker")]}]}
+    new = {"programs": [{"name": "a", "variants": [variant()]},
+                        {"name": "b", "variants": [variant(per_step=2.0, status="slowdown")]},
+                        {"name": "c", "variants": [variant()]}]}
+    lines = measure.compare(old, new)
+    text = "\n".join(lines)
+    better = text.split("worse")[0]
+    worse = text.split("worse")[1]
+    assert "a [2.9]: runs no -> yes" in better and "a [2.9]: verify verdict crash -> clean" in better
+    assert "b [2.9]: graph executions per step 1 -> 2" in worse and "b [2.9]: verify verdict clean -> slowdown" in worse
+    assert "new: c [2.9]" in lines and "gone: b [sagemaker]" in lines
+
+
+def test_table_summary_and_notes_from_records():
+    program = {"name": "p", "original": {"exit_status": 0}, "variants": [
+        {**variant(), "migrate": {"exit_status": 0, "changes": 7, "findings": 2}, "status": "clean", "problems": [],
+         "losses": {"mode": "fp32", "ok": True, "max_delta": 1e-6, "values": 3, "original": 3}},
+        {**variant("sagemaker", exit_status=1, status="crash"), "migrate": {"exit_status": 0, "changes": 5,
+         "findings": 1}, "status": "crash", "problems": ["crash"], "losses": {"note": "no loss in the output's run"},
+         "run": {"exit_status": 1, "last_error_line": "RuntimeError: boom"}}]}
+    table = measure.render_table([program])
+    assert table[0].split()[:4] == ["program", "target", "chg/find", "run"]
+    assert "=1e-06" in table[2] and "7/2" in table[2] and " crash " in table[3]
+    notes = measure.render_notes([program])
+    assert "p [sagemaker]: crash: RuntimeError: boom" in notes
+    summary = measure.summarize([program])
+    assert summary["2.9"]["ran_clean_exit"] == 1 and summary["2.9"]["losses_equal"] == 1
+    assert summary["sagemaker"]["new_crashes"] == 1 and summary["sagemaker"]["ran_clean_exit"] == 0
+
+
+def test_recipes_load_and_name_no_repository_kept_for_the_independent_evaluation():
+    kept_out = {"pytorch/examples", "pytorch/xla", "huggingface/transformers", "huggingface/accelerate",
+                "huggingface/trl", "huggingface/peft", "huggingface/pytorch-image-models",
+                "huggingface/alignment-handbook", "karpathy/nanogpt", "karpathy/mingpt", "karpathy/build-nanogpt",
+                "kellerjordan/modded-nanogpt", "facebookresearch/mae", "facebookresearch/moco",
+                "facebookresearch/detr", "facebookresearch/deit", "facebookresearch/dino",
+                "facebookresearch/convnext", "eriklindernoren/pytorch-gan", "yunjey/pytorch-tutorial",
+                "kuangliu/pytorch-cifar", "lucidrains/denoising-diffusion-pytorch", "openai/improved-diffusion",
+                "tatsu-lab/stanford_alpaca"}
+    recipes = rp.load_recipes()
+    assert len({r.name for r in recipes}) == len(recipes) >= 3
+    for recipe in recipes:
+        assert recipe.repo.lower() not in kept_out, recipe.name
+        assert "/" in recipe.repo and recipe.entry and recipe.style
+        for sub in recipe.substitutions:  # identifiers and numbers, never a line of the program
+            assert "\n" not in sub.old and len(sub.old) <= 40, (recipe.name, sub.old)
+
+
+def test_a_missing_repository_is_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "extras").mkdir()
+    (tmp_path / "extras" / ".complete").write_text("")
+    code = rp.main(["--cache", str(tmp_path / "empty"), "--extras", str(tmp_path / "extras"), "--only", "llama2c",
+                    "--python-current", sys.executable, "--python-sagemaker", sys.executable])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "karpathy/llama2.c is not in the cache" in err[0] and "karpathy+llama2.c" in err[0]
+
+
+def test_copy_substitutions_must_match_and_launcher_runs_the_original_in_its_folder(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "helper.py").write_text("WIDTH = 64\n")
+    (repo / "train.py").write_text(
+        "import os, sys\nfrom pkg.helper import WIDTH\nimport lib\n"
+        "print('cwd', os.getcwd()); print('argv', sys.argv[1:]); print('width', WIDTH); print('lib', lib.WHERE)\n")
+    (repo / "lib.py").write_text("WHERE = 'original'\n")
+    recipe = Recipe(name="t", repo="o/r", entry="train.py", style="test",
+                    substitutions=(Substitution("pkg/helper.py", "64", "8"),), files={"cfg/tiny.yaml": "a: 1\n"},
+                    data=lambda root: (root / "data.txt").write_text("x"))
+    dest = tmp_path / "copy"
+    rp.prepare_copy(recipe, repo, dest)
+    assert (dest / "pkg" / "helper.py").read_text() == "WIDTH = 8\n"
+    assert (dest / "cfg" / "tiny.yaml").exists() and (dest / "data.txt").exists()
+    bad = Recipe(name="t", repo="o/r", entry="train.py", style="test",
+                 substitutions=(Substitution("pkg/helper.py", "64", "8", count=2),))
+    with pytest.raises(rp.RecipeError, match="found 1 times, expected 2"):
+        rp.prepare_copy(bad, repo, tmp_path / "copy2")
+    # the output's tree: another lib.py, which the original must not import
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "lib.py").write_text("WHERE = 'output'\n")
+    launcher = rp.write_launcher(tmp_path / "original.py", dest / "train.py", dest, ("--device=cpu",), [dest], [out])
+    proc = subprocess.run([sys.executable, str(launcher), "--steps=2"], capture_output=True, text=True, cwd=out,
+                          env={"PYTHONPATH": str(out)})
+    assert proc.returncode == 0, proc.stderr
+    assert f"cwd {dest}" in proc.stdout and "argv ['--steps=2', '--device=cpu']" in proc.stdout
+    assert "width 8" in proc.stdout and "lib original" in proc.stdout
+
+
+def test_missing_files_of_the_mirror_are_copied(tmp_path):
+    orig, out = tmp_path / "orig", tmp_path / "out"
+    (orig / "data").mkdir(parents=True)
+    (orig / "data" / "x.bin").write_bytes(b"\x00\x01")
+    (orig / "a.py").write_text("a = 1\n")
+    out.mkdir()
+    (out / "a.py").write_text("a = 2\n")
+    assert rp.copy_missing_files(orig, out) == 1
+    assert (out / "data" / "x.bin").read_bytes() == b"\x00\x01" and (out / "a.py").read_text() == "a = 2\n"
+
+
+def test_the_json_of_a_run_round_trips_through_compare(tmp_path):
+    doc = {"programs": [{"name": "a", "variants": [variant()]}]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    lines = measure.compare(json.loads(path.read_text()), doc)
+    assert lines == ["better (0):", "worse (0):"]
