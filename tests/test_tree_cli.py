@@ -398,7 +398,7 @@ def test_json_report_on_stdout_and_in_a_file(broken, tmp_path):
     import json
 
     report_path = tmp_path / "report.json"
-    result = invoke("--in", str(broken), "--check", "--format", "json", "--report", str(report_path))
+    result = invoke("--in", str(broken), "--check", "--format", "json-report", "--report", str(report_path))
     assert result.exit_code == 2
     printed = json.loads(result.stdout)  # on stdout, as ruff's --output-format json
     assert printed == json.loads(report_path.read_text())
@@ -416,10 +416,10 @@ def test_json_report_on_stdout_and_in_a_file(broken, tmp_path):
 def test_json_with_diff_needs_a_report_file(project, tmp_path):
     import json
 
-    refused = run_cli("src", "--diff", "--format", "json", cwd=tmp_path)
+    refused = run_cli("src", "--diff", "--format", "json-report", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stdout == b""
     assert refused.stderr.decode().strip() == (
-        "error: --format json prints the report on stdout, where --diff puts its output: "
+        "error: --format json-report prints the report on stdout, where --diff puts its output: "
         "write the report to a file with --report PATH instead")
     both = run_cli("src", "--diff", "--report", "r.json", cwd=tmp_path)
     assert both.returncode == 0 and both.stdout.startswith(b"diff --git")

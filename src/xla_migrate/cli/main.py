@@ -14,8 +14,8 @@ from typing import Optional
 
 from .. import __version__
 from ..api import migrate
-from . import output
-from .options import (EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FORMATS, UsageError, _check_paths,
+from . import output, selection
+from .options import (EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FORMATS, STDOUT_FORMATS, UsageError, _check_paths,
                       _decision_sources, _ignorer, _is_single_file, _project_root, _same_file, _settings,
                       _validate_rules, _without_excluded)
 from .output import (_OUTPUT, _diff_bytes, _err, _list_rules, _machine_report, _print_diff, _print_patch, _progress,
@@ -39,7 +39,8 @@ def _read_input(path: str) -> bytes:
 def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, target, select, ignore, distributed,
                     data_parallel, exclude, extend_exclude, force_exclude, no_gitignore, only_changed, jobs,
                     project, no_project, requirements, config, output_format, report_path, verify_output,
-                    statistics, list_rules, version, quiet, verbose) -> int:
+                    statistics, list_rules, version, quiet, verbose, extend_select=None, extend_ignore=None,
+                    exit_non_zero_on_findings=False, safe_only=False, show_settings=False, show_files=False) -> int:
     """The main command on its parsed arguments (from typer, or from the fast path for a plain run, which
     gives the same ones); returns the exit code."""
     if version:
@@ -49,15 +50,16 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
         if output_format not in FORMATS:
             raise UsageError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
         if list_rules:
-            if output_format == "github":
+            if output_format not in ("text", "json"):
                 raise UsageError("--list-rules --format: expected text or json")
             _list_rules(output_format)
             return EXIT_OK
-        if output_format == "json" and (diff or out == "-"):
-            raise UsageError(f"--format json prints the report on stdout, where {'--diff' if diff else '--out -'} "
-                             "puts its output: write the report to a file with --report PATH instead")
+        if output_format in STDOUT_FORMATS and (diff or out == "-"):
+            raise UsageError(f"--format {output_format} prints the report on stdout, where "
+                             f"{'--diff' if diff else '--out -'} puts its output: write the report to a file with "
+                             "--report PATH instead")
         if statistics and output_format != "text":
-            raise UsageError("--statistics is a text report; the JSON report (--format json) has every record")
+            raise UsageError(f"--statistics is a text report; --format {output_format} has every record")
         _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics, project=None)
         if project is not None and no_project:
             raise UsageError("--project and --no-project cannot be used together")
@@ -65,11 +67,21 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             raise UsageError(f"--project {project}: not a folder")
         inputs = [*(in_path or []), *(paths or [])]
         settings = _settings(inputs, config, target, select, ignore, exclude, extend_exclude)
+        selection.extend(settings, extend_select, extend_ignore, exit_non_zero_on_findings, safe_only)
+        selection.check_codes(settings)
+        if verbose and quiet < 2:
+            _err(selection.config_line(settings))
+        if show_settings:
+            selection.show_settings(settings, inputs)
+            return EXIT_OK
         if distributed is not None:
             settings.distributed = distributed
         if data_parallel is not None:
             settings.data_parallel = data_parallel
         ignorer = _ignorer(settings, not no_gitignore)
+        if show_files:
+            selection.show_files(inputs, ignorer)
+            return EXIT_OK
         if force_exclude or settings.force_exclude:
             inputs = _without_excluded(inputs, ignorer)
             if inputs == []:
@@ -81,9 +93,12 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             if requirements:
                 raise UsageError("--requirements takes a tree run (a folder): it edits the project's requirements")
             index = _single_file_index(inputs[0] if inputs else None, root, ignorer)
-            code = _migrate_one(inputs[0] if inputs else None, out, in_place, diff, diff_file, check,
-                                settings.target, settings.select, settings.ignore, verbose,
-                                settings.distributed, settings.data_parallel, index)
+            single = inputs[0] if inputs else None
+            ignored = [*settings.ignore, *selection.ignores_for(single or "-", settings.per_file_ignores,
+                                                              settings.config_dir)]
+            code = _migrate_one(single, out, in_place, diff, diff_file, check,
+                                settings.target, settings.select, ignored, verbose,
+                                settings.distributed, settings.data_parallel, index, settings.fix_safety)
         else:
             if requirements and root is None:
                 raise UsageError("--requirements needs a project: one input folder, --project ROOT or a "
@@ -92,6 +107,8 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
                                  only_changed, jobs, verbose, root, sources, requirements)
         if checked is not None and code == EXIT_OK:
             code = _verify_written(*checked)
+        if code == EXIT_OK and settings.exit_non_zero_on_findings and _OUTPUT.get("findings"):
+            code = EXIT_CHANGES  # ruff's --exit-non-zero-on-findings: CI fails while findings need a human
     except UsageError as error:
         _err(f"error: {error}", "red")
         code = EXIT_ERROR
@@ -147,7 +164,7 @@ def _single_file_index(path, root, ignorer):
 
 
 def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, verbose,
-                 distributed=None, data_parallel=None, project=None) -> int:
+                 distributed=None, data_parallel=None, project=None, fix_safety="all") -> int:
     if in_path is None:
         raise UsageError("missing PATH: the script, notebook or folder to migrate (see --help)")
     _validate_rules(target, select, ignore, data_parallel)
@@ -158,10 +175,10 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     label_out = named_out or label_in
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
                      path=label_in, out_path=label_out, distributed=distributed, data_parallel=data_parallel,
-                     project=project)
+                     project=project, fix_safety=fix_safety)
     if result.error is not None:
         if _machine_report([result]) or _OUTPUT["format"] == "github":
-            if _OUTPUT["format"] == "json":
+            if _OUTPUT["format"] in STDOUT_FORMATS:
                 _err(f"error: {result.error.format(label_in)}", "red")
             return EXIT_ERROR
         raise UsageError(result.error.format(label_in))
@@ -235,8 +252,10 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
                            settings.data_parallel,
                            write=not dry,
                            copy_others=not only_changed,
-                           want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json",
-                           project=index)
+                           want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"])
+                           or _OUTPUT["format"] == "json-report",
+                           project=index, per_file_ignores=settings.per_file_ignores,
+                           config_dir=settings.config_dir, fix_safety=settings.fix_safety)
     try:
         with _progress(len(tasks), _OUTPUT["quiet"]) as progress:
             outcomes = workers.run_all(tasks, options, jobs or os.cpu_count() or 1, progress)

@@ -184,12 +184,15 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         sources[number] = source
     if not any(mentions_a_trigger(s.encode("utf-8")) for s in [*sources.values(), *left_out_sources]):
         return data
+    from ..engine.registry import ignored_engine_codes
+
+    left_out = [item for item in left_out if item[1].code not in ignored_engine_codes(options.ignore_for(task.path))]
     outcome.findings = list(left_out)
     if not program.cells:
         return data
-    result = migrate(program.text, target=options.target, select=options.select, ignore=options.ignore,
+    result = migrate(program.text, target=options.target, select=options.select, ignore=options.ignore_for(task.path),
                      path=task.path, distributed=options.distributed,
-                     data_parallel=options.data_parallel)
+                     data_parallel=options.data_parallel, fix_safety=options.fix_safety)
     if result.error is not None:
         cell, line = program.place(result.error.line)
         outcome.input_error = replace(result.error, cell=cell, line=line)
@@ -226,5 +229,6 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
 def _in_cell(program: _Program, path: str, record):
     """A change or finding at its cell and line within the cell, with the label the text report prints."""
     cell, line = program.place(record.line)
-    moved = replace(record, cell=cell, line=line)
+    moved = replace(record, cell=cell, line=line,
+                    end_line=record.end_line - record.line + line if record.end_line else 0)
     return f"{path}:cell {cell}:line {line}", moved
