@@ -163,7 +163,7 @@ def test_notebook_findings_and_errors_name_the_cell_in_every_format(tmp_path):
     jsonschema.validate(report, json.loads((ROOT / "docs" / "report.schema.json").read_text()))
     (entry,) = report["files"]
     assert [(f["cell"], f["line"], f["code"]) for f in entry["findings"]] == [(3, 2, code)]
-    github = run_cli("nb.ipynb", "--check", "--format", "github", cwd=tmp_path).stderr.decode()
+    github = run_cli("nb.ipynb", "--check", "--format", "github", cwd=tmp_path).stdout.decode()  # ruff's: stdout
     assert f"::warning file=nb.ipynb,title={code}::cell 3, line 2: " in github
     # A cell that is not Python: left out as it is, a finding names the cell and the line within it.
     nb.cells.append(nbformat.v4.new_code_cell("y = 1\nz = (1,"))

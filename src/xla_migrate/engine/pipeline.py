@@ -315,10 +315,10 @@ def _drop_suppressed_edits(ctx: MigrationContext, suppressed: suppressions.Suppr
     any is applied (once here for every rule); an edit derived from a dropped one goes with it."""
     if not suppressed:
         return
-    # An insertion keeps its line as it is (it adds lines beside it, such as the device the line's neighbours
-    # use): a noqa leaves it; an off/on block, which keeps every line it holds, does not.
+    # An insertion keeps the lines there as they are (it adds lines beside them, such as the device binding
+    # the following lines use): suppressions leave it, as the later edits that need it would be withdrawn.
     dropped = {id(change) for kind, change in ctx.edits.records()
-               if suppressed.suppresses(change.line, change.code, noqa=kind != "insert")}
+               if kind != "insert" and suppressed.suppresses(change.line, change.code)}
     if dropped:
         ctx.edits = ctx.edits.keeping({id(change) for _, change in ctx.edits.records()} - dropped)
         ctx.changes = [change for change in ctx.changes if id(change) not in dropped]

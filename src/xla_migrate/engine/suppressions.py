@@ -1,8 +1,9 @@
 """Suppression comments, in ruff's spelling, applied once for every rule (not per rule):
 
-- ``# noqa: XLA311`` (codes separated by commas or spaces) keeps its line as it is: the edits those rules
-  would make there and their findings are dropped before the edits are applied; a bare ``# noqa`` does so
-  for every rule. Codes of other tools (``# noqa: E501``) are not ours and change nothing.
+- ``# noqa: XLA311`` (codes separated by commas or spaces) keeps its line as it is: the replacements and
+  removals those rules would make there and their findings are dropped before the edits are applied (a
+  statement inserted beside the line, such as the device binding, stays); a bare ``# noqa`` does so for
+  every rule. Codes of other tools (``# noqa: E501``) are not ours and change nothing.
 - ``# xla-migrate: skip-file`` anywhere in a file: the file is left as it is, with no finding.
 - ``# xla-migrate: off`` ... ``# xla-migrate: on``: the lines between are kept as a bare ``# noqa`` keeps
   one (an ``off`` without its ``on`` runs to the end of the file).
@@ -42,10 +43,9 @@ class Suppressions:
     def __bool__(self) -> bool:
         return self.skip_file or bool(self.noqa) or bool(self.blocks)
 
-    def suppresses(self, line: int, code: str, noqa: bool = True) -> bool:
-        """Whether a record of rule ``code`` on ``line`` is kept out (and notes the noqa as used);
-        ``noqa=False``: by an off/on block only."""
-        comment = self.noqa.get(line) if noqa else None
+    def suppresses(self, line: int, code: str) -> bool:
+        """Whether a record of rule ``code`` on ``line`` is kept out (and notes the noqa as used)."""
+        comment = self.noqa.get(line)
         if comment is not None and (comment.codes is None or code in comment.codes):
             comment.used.add(code)
             return True
