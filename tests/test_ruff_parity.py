@@ -303,3 +303,26 @@ def test_safe_only_edits_with_safe_rules_and_reports_the_others(tmp_path):
     assert b"torch.cuda.synchronize()" in run_cli("t.py", "--out", "-", cwd=tmp_path).stdout
     (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\nfix-safety = "some"\n')
     assert run_cli("t.py", "--out", "-", cwd=tmp_path).returncode == 2
+
+
+# Completion, --verify --python, verify --help ---------------------------------------------------------------
+def test_shell_completion_through_typer(tmp_path):
+    for instruction in ("bash_source", "source_bash"):  # click's order, and typer's
+        script = run_cli(cwd=tmp_path, env={"_XLA_MIGRATE_COMPLETE": instruction})
+        assert script.returncode == 0 and b"_xla_migrate_completion()" in script.stdout
+    completed = run_cli(cwd=tmp_path, env={"_XLA_MIGRATE_COMPLETE": "bash_complete",
+                                          "COMP_WORDS": "xla-migrate --output-f", "COMP_CWORD": "1"})
+    assert completed.stdout.decode().split() == ["--output-format"]
+    assert b"--install-completion" in run_cli("--help", cwd=tmp_path).stdout
+
+
+def test_verify_takes_python_and_its_help_has_no_type_tags(tmp_path):
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    done = run_cli("train.py", "--out", "train_xla.py", "--verify", "--python", str(tmp_path / "nope"), cwd=tmp_path)
+    assert done.returncode == 2 and (tmp_path / "train_xla.py").is_file()
+    assert done.stderr.decode().splitlines()[-1] == f"error: --python {tmp_path / 'nope'}: no such interpreter"
+    alone = run_cli("train.py", "--out", "other.py", "--python", "python3", cwd=tmp_path)
+    assert alone.returncode == 2 and b"pass --verify too" in alone.stderr and not (tmp_path / "other.py").exists()
+    help_text = run_cli("verify", "--help", cwd=tmp_path).stdout.decode()
+    assert help_text.startswith("Usage: xla-migrate verify [OPTIONS] SCRIPT [-- SCRIPT ARGS...]\n")
+    assert "<str>" not in help_text and "<list" not in help_text and "{SCRIPT}" not in help_text

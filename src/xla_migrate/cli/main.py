@@ -40,7 +40,8 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
                     data_parallel, exclude, extend_exclude, force_exclude, no_gitignore, only_changed, jobs,
                     project, no_project, requirements, config, output_format, report_path, verify_output,
                     statistics, list_rules, version, quiet, verbose, extend_select=None, extend_ignore=None,
-                    exit_non_zero_on_findings=False, safe_only=False, show_settings=False, show_files=False) -> int:
+                    exit_non_zero_on_findings=False, safe_only=False, show_settings=False, show_files=False,
+                    python=None) -> int:
     """The main command on its parsed arguments (from typer, or from the fast path for a plain run, which
     gives the same ones); returns the exit code."""
     if version:
@@ -86,6 +87,8 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             inputs = _without_excluded(inputs, ignorer)
             if inputs == []:
                 return _nothing_to_migrate()
+        if python is not None and not verify_output:
+            raise UsageError("--python names the interpreter --verify runs the script with: pass --verify too")
         checked = _verify_target(inputs, out, in_place, diff or check) if verify_output else None
         sources = _decision_sources(settings, target, distributed, data_parallel)
         root = None if no_project else _project_root(settings, inputs, project)
@@ -106,7 +109,7 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer,
                                  only_changed, jobs, verbose, root, sources, requirements)
         if checked is not None and code == EXIT_OK:
-            code = _verify_written(*checked)
+            code = _verify_written(*checked, python=python)
         if code == EXIT_OK and settings.exit_non_zero_on_findings and _OUTPUT.get("findings"):
             code = EXIT_CHANGES  # ruff's --exit-non-zero-on-findings: CI fails while findings need a human
     except UsageError as error:
@@ -131,13 +134,14 @@ def _verify_target(inputs, out, in_place, dry) -> tuple[str, Optional[str]]:
     return (inputs[0], None) if in_place else (out, inputs[0])
 
 
-def _verify_written(script: str, original: Optional[str]) -> int:
+def _verify_written(script: str, original: Optional[str], python: Optional[str] = None) -> int:
     """xla-migrate verify on what was just written; its text report goes to stderr with the migration's (stdout
     keeps its one thing: nothing, or the JSON report)."""
     from ..verify.core import verify
     from ..verify.cli import emit
 
-    report = verify(script, against=original, python=os.environ.get("XLA_MIGRATE_PYTHON"), original_required=False)
+    report = verify(script, against=original, python=python or os.environ.get("XLA_MIGRATE_PYTHON"),
+                    original_required=False)
     emit(report, "text", stream=sys.stderr)
     return report.exit_code
 

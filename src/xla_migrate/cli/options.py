@@ -202,10 +202,10 @@ _DEFAULTS: dict = {
     "project": None, "no_project": False, "requirements": False, "config": None, "output_format": "text",
     "report_path": None, "verify_output": False, "statistics": False, "list_rules": False, "version": False,
     "quiet": 0, "verbose": False, "extend_select": None, "extend_ignore": None, "exit_non_zero_on_findings": False,
-    "safe_only": False, "show_settings": False, "show_files": False}
+    "safe_only": False, "show_settings": False, "show_files": False, "python": None}
 _FAST_VALUES = {"--out": "out", "--diff-file": "diff_file", "--target": "target", "--data-parallel": "data_parallel",
                 "--project": "project", "--config": "config", "--format": "output_format", "--report": "report_path",
-                "--output-format": "output_format"}
+                "--output-format": "output_format", "--python": "python"}
 _FAST_LISTS = {"--in": "in_path", "--select": "select", "--ignore": "ignore", "--exclude": "exclude",
                "--extend-exclude": "extend_exclude", "--extend-select": "extend_select",
                "--extend-ignore": "extend_ignore"}

@@ -17,7 +17,7 @@ from . import main
 from .options import EXIT_ERROR, HELP
 from .output import _err
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
@@ -59,6 +59,7 @@ def command(
     safe_only: bool = typer.Option(False, "--safe-only", help="Only the rules whose fix is safe edit; those labelled review report what they would change (config: fix-safety = \"safe\")."),
     show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved settings (and the pyproject.toml read) and exit."),
     show_files: bool = typer.Option(False, "--show-files", help="Print the files the run would migrate and exit."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PY", help="With --verify: the interpreter with torch_xla to run the script with (default: $XLA_MIGRATE_PYTHON, else this one)."),
 ) -> None:
     arguments = dict(locals())  # first, so that it holds the parameters only
     raise typer.Exit(main.migrate_command(**arguments))
