@@ -261,7 +261,7 @@ def test_underscore_table_is_an_error_not_ignored(tmp_path):
 
 
 # Codes ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("code", ["XLA000", "XLA001", "XLA002"])
+@pytest.mark.parametrize("code", ["XLA000", "XLA001", "XLA002", "XLA003"])
 def test_engine_codes_are_rule_pages(code, tmp_path):
     page = run_cli("rule", code, cwd=tmp_path)
     assert page.returncode == 0 and page.stdout.decode().startswith(f"# {code} ")
@@ -326,3 +326,27 @@ def test_verify_takes_python_and_its_help_has_no_type_tags(tmp_path):
     help_text = run_cli("verify", "--help", cwd=tmp_path).stdout.decode()
     assert help_text.startswith("Usage: xla-migrate verify [OPTIONS] SCRIPT [-- SCRIPT ARGS...]\n")
     assert "<str>" not in help_text and "<list" not in help_text and "{SCRIPT}" not in help_text
+
+
+# Notebooks: CUDA in IPython lines -----------------------------------------------------------------------------
+def test_cuda_in_magics_and_shell_lines_is_reported_with_cell_and_line(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch\nx = torch.zeros(2).cuda()\n%timeit torch.cuda.synchronize()"),
+                nbformat.v4.new_markdown_cell("text"),
+                nbformat.v4.new_code_cell("!nvidia-smi\n!ls"),
+                nbformat.v4.new_code_cell("%%bash\necho hi\nnvidia-smi -L")]
+    nbformat.write(nb, str(tmp_path / "nb.ipynb"))
+    data = json.loads(run_cli("nb.ipynb", "--check", "--output-format", "json", cwd=tmp_path).stdout)
+    found = [(d["cell"], d["location"]["row"], d["location"]["column"]) for d in data if d["code"] == "XLA003"]
+    assert found == [(1, 3, 15), (3, 1, 2), (4, 3, 1)]
+    text = run_cli("nb.ipynb", "--check", cwd=tmp_path).stderr.decode()
+    assert "nb.ipynb:cell 3:line 1: XLA003 CUDA in an IPython line" in text and "`!nvidia-smi`" in text
+    # A notebook with CUDA only in shell lines is still reported; --ignore XLA003 drops them.
+    nb.cells = nb.cells[2:]
+    nbformat.write(nb, str(tmp_path / "shell.ipynb"))
+    shell = run_cli("shell.ipynb", "--check", "--exit-non-zero-on-findings", cwd=tmp_path)
+    assert shell.returncode == 1 and shell.stderr.decode().count("XLA003") == 2
+    quiet = run_cli("shell.ipynb", "--check", "--exit-non-zero-on-findings", "--ignore", "XLA003", cwd=tmp_path)
+    assert quiet.returncode == 0 and b"XLA003" not in quiet.stderr

@@ -18,6 +18,7 @@ from dataclasses import replace
 from ..report.diff import unified_diff
 from ..engine.records import Finding
 from ..syntax.patterns import IPYTHON_PLACEHOLDER_COMMENT
+from .ipython_lines import cuda_in_ipython_lines
 from .discovery import mentions_a_trigger
 
 # `%magic`, `!cmd`, `x = !cmd`, `?obj`, `obj?` and wildcard help (`torch.*Tensor?`).
@@ -164,6 +165,7 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         if cell.cell_type != "code":
             continue
         source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+        left_out += cuda_in_ipython_lines(task.path, number, source, IPYTHON_LINE)  # XLA003: not rewritten
         first = source.lstrip().split("\n", 1)[0].split()
         if first and first[0].startswith("%%") and first[0] not in PYTHON_CELL_MAGICS:
             continue  # another language (%%bash, %%html...)
@@ -182,11 +184,12 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
             continue
         program.add(number, masked, saved, source.endswith("\n"))
         sources[number] = source
-    if not any(mentions_a_trigger(s.encode("utf-8")) for s in [*sources.values(), *left_out_sources]):
-        return data
     from ..engine.registry import ignored_engine_codes
 
     left_out = [item for item in left_out if item[1].code not in ignored_engine_codes(options.ignore_for(task.path))]
+    if not any(mentions_a_trigger(s.encode("utf-8")) for s in [*sources.values(), *left_out_sources]):
+        outcome.findings = [item for item in left_out if item[1].code == "XLA003"]
+        return data
     outcome.findings = list(left_out)
     if not program.cells:
         return data

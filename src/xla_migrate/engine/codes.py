@@ -50,6 +50,24 @@ Why:
 Example:
     train.ipynb:cell 4:line 1: XLA001 cell left out: ...
 """),
+    EngineCode("XLA003", "cuda-in-ipython-line", "CUDA in a notebook's magic or shell line, which is not rewritten",
+               "src/xla_migrate/cli/ipython_lines.py", """
+What it does:
+    Reports CUDA in a notebook's IPython lines (`%timeit torch.cuda.synchronize()`, `!nvidia-smi`,
+    `%env CUDA_VISIBLE_DEVICES=0`) and in cells run by a shell cell magic (`%%bash`), with the cell and
+    the line within it. Those lines are not Python, so no rule rewrites them.
+
+Why:
+    They still run on the XLA host: a CUDA call fails there, nvidia-smi finds no GPU.
+
+Example:
+    %timeit torch.cuda.synchronize()
+    !nvidia-smi
+
+Use instead:
+    %timeit xm.wait_device_ops()
+    !python -c "import torch_xla.core.xla_model as xm; print(xm.get_xla_supported_devices())"
+"""),
     EngineCode("XLA002", "unused-noqa", "A `# noqa` comment names an XLA code that suppressed nothing",
                "src/xla_migrate/engine/suppressions.py", """
 What it does:
@@ -67,6 +85,9 @@ Use instead:
     x = 1
 """),
 )
+
+
+ENGINE_CODES = tuple(sorted(ENGINE_CODES, key=lambda entry: entry.code))
 
 
 def engine_code(code: str) -> EngineCode | None:
