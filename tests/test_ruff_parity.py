@@ -347,6 +347,6 @@ def test_cuda_in_magics_and_shell_lines_is_reported_with_cell_and_line(tmp_path)
     nb.cells = nb.cells[2:]
     nbformat.write(nb, str(tmp_path / "shell.ipynb"))
     shell = run_cli("shell.ipynb", "--check", "--exit-non-zero-on-findings", cwd=tmp_path)
-    assert shell.returncode == 1 and shell.stderr.decode().count("XLA003") == 2
+    assert shell.returncode == 1 and shell.stderr.decode().count(": XLA003 ") == 2
     quiet = run_cli("shell.ipynb", "--check", "--exit-non-zero-on-findings", "--ignore", "XLA003", cwd=tmp_path)
     assert quiet.returncode == 0 and b"XLA003" not in quiet.stderr
