@@ -61,7 +61,8 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
                              "--report PATH instead")
         if statistics and output_format != "text":
             raise UsageError(f"--statistics is a text report; --format {output_format} has every record")
-        _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics, project=None)
+        _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics, project=None,
+                       findings=0)
         if project is not None and no_project:
             raise UsageError("--project and --no-project cannot be used together")
         if project is not None and not os.path.isdir(project):
