@@ -86,15 +86,15 @@ def test_ddp_form_output_is_left_alone_the_second_time():
     assert twice.code == once.code and twice.changes == []
 
 
-def test_ddp_with_sagemaker_is_an_error_result():
-    result = migrate(TORCHRUN_DDP, target="sagemaker", data_parallel="ddp")
-    assert result.error is not None and "torch_xla 2.1 or later" in result.error.message
-    assert result.code == TORCHRUN_DDP
+def test_ddp_with_sagemaker_raises():
+    """A mistake in the call (issue 33): raised, as a bad selection is, not an error result."""
+    with pytest.raises(ValueError, match="data_parallel=ddp needs torch_xla 2.1 or later"):
+        migrate(TORCHRUN_DDP, target="sagemaker", data_parallel="ddp")
 
 
-def test_unknown_form_is_an_error_result():
-    result = migrate(TORCHRUN_DDP, target="2.9", data_parallel="fsdp")
-    assert result.error is not None and "unknown form" in result.error.message
+def test_unknown_form_raises():
+    with pytest.raises(ValueError, match="data_parallel=fsdp: unknown form"):
+        migrate(TORCHRUN_DDP, target="2.9", data_parallel="fsdp")
 
 
 def test_mp_spawn_becomes_the_xla_launcher_in_the_ddp_form():
