@@ -33,9 +33,17 @@ def test_bad_input_is_a_result_not_an_exception(source, message, line):
     assert result.diff == ""
 
 
-def test_unknown_target_is_an_error_value():
-    result = migrate(CUDA_SCRIPT, target="0.1")
-    assert result.error is not None and "unknown target '0.1'" in result.error.message
+def test_unknown_target_or_form_raises_as_a_bad_selection_does():
+    """A mistake in the call, not in the script: raised, so a caller ignoring ``.error`` cannot write the
+    unmigrated input believing it migrated (issue 33)."""
+    with pytest.raises(ValueError, match="unknown target '0.1'"):
+        migrate(CUDA_SCRIPT, target="0.1")
+    with pytest.raises(ValueError, match="data_parallel=bogus: unknown form"):
+        migrate(CUDA_SCRIPT, data_parallel="bogus")
+    with pytest.raises(ValueError, match="data_parallel=ddp needs torch_xla 2.1"):
+        migrate(CUDA_SCRIPT, target="sagemaker", data_parallel="ddp")
+    with pytest.raises(ValueError, match="unknown rule code"):
+        migrate(CUDA_SCRIPT, select="XLA999")
 
 
 def test_empty_file_migrates_to_itself():
@@ -102,7 +110,7 @@ def test_select_takes_a_string_or_a_list(select):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"select": "XLA0"}, "select: unknown rule code or prefix: XLA0"),
+    ({"select": "XLA8"}, "select: unknown rule code or prefix: XLA8"),
     ({"select": ["XLA101", "XLA999"]}, "select: unknown rule code or prefix: XLA999"),
     ({"ignore": "E501"}, "ignore: unknown rule code or prefix: E501"),
     ({"select": 101}, "select must be a rule code or prefix, or a list of them (got 101)"),

@@ -79,12 +79,12 @@ def test_target_29_uses_current_spellings(script):
     assert "xla_device" not in result.stdout
 
 
-@pytest.mark.parametrize("args", [("--ignore", "XLA101"), ("--select", "XLA0"), ("--ignore", "XLA1")])
+@pytest.mark.parametrize("args", [("--ignore", "XLA101"), ("--select", "XLA8"), ("--ignore", "XLA1")])
 def test_select_and_ignore(script, args):
     result = invoke("--in", str(script), "--out", "-", *args)
     if "--select" in args:  # unknown prefix: a usage error
         assert result.exit_code == 2
-        assert "unknown rule code or prefix: XLA0" in result.stderr
+        assert "unknown rule code or prefix: XLA8" in result.stderr
     else:
         assert result.exit_code == 0
         assert result.stdout == CUDA_SCRIPT
@@ -294,9 +294,9 @@ def test_rule_command_prints_the_rule_page(tmp_path):
     assert by_name.stdout == done.stdout
     as_json = json.loads(run_cli("rule", "xla101", "--format", "json", cwd=tmp_path).stdout)
     assert as_json["code"] == "XLA101" and as_json["explanation"].startswith("# XLA101 cuda-device-to-xla")
-    unknown = run_cli("rule", "XLA000", cwd=tmp_path)
+    unknown = run_cli("rule", "XLA999", cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stdout == b""
-    assert unknown.stderr == b"error: unknown rule: XLA000 (xla-migrate --list-rules lists them)\n"
+    assert unknown.stderr == b"error: unknown rule: XLA999 (xla-migrate --list-rules lists them)\n"
     # python -m goes through the same dispatch.
     module = subprocess.run([sys.executable, "-m", "xla_migrate", "rule", "XLA101"], capture_output=True, cwd=tmp_path)
     assert module.stdout == done.stdout
@@ -311,10 +311,15 @@ def test_a_file_named_like_a_subcommand_is_still_migrated(tmp_path):
 def test_list_rules_as_json(tmp_path):
     done = run_cli("--list-rules", "--format", "json", cwd=tmp_path)
     rules = json.loads(done.stdout)
-    from xla_migrate.engine.registry import all_rules
+    from xla_migrate.engine.registry import all_codes, all_rules
 
-    assert [r["code"] for r in rules] == [r.code for r in all_rules()]
-    first = rules[0]
+    # Every code the tool can print: the engine's own (XLA000-XLA003) first, then the rules'.
+    engine_codes = ["XLA000", "XLA001", "XLA002", "XLA003"]
+    assert [r["code"] for r in rules] == all_codes() == [*engine_codes, *(r.code for r in all_rules())]
+    for engine in rules[:4]:
+        assert engine["fix_safety"] == "none" and (ROOT / engine["source"]).is_file()
+        assert (ROOT / engine["docs"]).is_file()
+    first = rules[4]
     assert set(first) == {"code", "name", "summary", "fix_safety", "targets", "on_xla_code", "source", "docs"}
     assert first["on_xla_code"] is True  # XLA101 migrates CUDA remnants in code already on XLA
     assert first["docs"] == f"docs/rules/{first['code']}.md" and (ROOT / first["docs"]).is_file()
@@ -338,7 +343,7 @@ def test_each_finding_ends_with_its_rule_and_statistics_count_them(findings_scri
     assert len(table) == 5  # the table, then the summary: no finding lines
     tree = run_cli(".", "--check", "--statistics", cwd=tmp_path)
     assert tree.stderr.decode().splitlines()[1].split() == ["2", "XLA101", "cuda-device-to-xla", "2", "changes"]
-    refused = run_cli("train.py", "--check", "--statistics", "--format", "json", cwd=tmp_path)
+    refused = run_cli("train.py", "--check", "--statistics", "--format", "json-report", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.startswith(b"error: --statistics is a text report")
 
 
@@ -356,12 +361,12 @@ def test_quiet_hides_the_summary_and_qq_everything_but_errors(findings_script, t
 
 
 def test_json_report_of_one_script_on_stdout(findings_script, tmp_path):
-    done = run_cli("train.py", "--check", "--format", "json", cwd=tmp_path)
+    done = run_cli("train.py", "--check", "--format", "json-report", cwd=tmp_path)
     assert done.returncode == 1 and done.stderr == b""
     report = json.loads(done.stdout)
     assert report["version"] == 2 and report["files"][0]["path"] == "train.py"
     assert [f["code"] for f in report["files"][0]["findings"]] == ["XLA902", "XLA901", "XLA103"]
-    refused = run_cli("train.py", "--out", "-", "--format", "json", cwd=tmp_path)
+    refused = run_cli("train.py", "--out", "-", "--format", "json-report", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stdout == b""
     assert b"--report PATH" in refused.stderr and len(refused.stderr.splitlines()) == 1
 

@@ -68,7 +68,8 @@ def test_nearest_section_wins_and_sectionless_files_are_skipped(repo):
 
 @pytest.mark.parametrize(("body", "message"), [
     ('targett = "2.9"', "unknown key in [tool.xla-migrate]: targett (known: target, select, ignore, exclude, "
-                        "extend-exclude, force-exclude, distributed, data-parallel)"),
+                        "extend-exclude, force-exclude, distributed, data-parallel, extend-select, extend-ignore, "
+                        "per-file-ignores, exit-non-zero-on-findings, fix-safety)"),
     # TOML reads 2.9 as a float (and 2.10 as 2.1): a wrong type, as the guide says, not a target.
     ('target = 2.9', '[tool.xla-migrate] target must be a string such as "2.9" (got a float: quote it)'),
     ('target = 3', '[tool.xla-migrate] target must be a string such as "2.9" (got an integer: quote it)'),
@@ -77,7 +78,7 @@ def test_nearest_section_wins_and_sectionless_files_are_skipped(repo):
     ('select = 3', "[tool.xla-migrate] select must be a list of strings"),
     ('distributed = "yes"', "[tool.xla-migrate] distributed must be true or false"),
     ('target = "1.0"', "unknown target"),
-    ('select = ["XLA0"]', "unknown rule code or prefix: XLA0"),
+    ('select = ["XLA8"]', "unknown rule code or prefix: XLA8"),
     ('target = ', "not valid TOML"),
 ])
 def test_bad_config_is_one_line_exit_2(repo, body, message):

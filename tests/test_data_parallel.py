@@ -116,9 +116,9 @@ def test_ddp_form_on_sagemaker_is_torch_xla_1_13s():
     assert result.releases == ((1, 13), (2, 7))
 
 
-def test_unknown_form_is_an_error_result():
-    result = migrate(TORCHRUN_DDP, target="2.9", data_parallel="fsdp")
-    assert result.error is not None and "unknown form" in result.error.message
+def test_unknown_form_raises():
+    with pytest.raises(ValueError, match="data_parallel=fsdp: unknown form"):
+        migrate(TORCHRUN_DDP, target="2.9", data_parallel="fsdp")
 
 
 def test_mp_spawn_becomes_the_xla_launcher_in_the_ddp_form():

@@ -158,12 +158,12 @@ def test_notebook_findings_and_errors_name_the_cell_in_every_format(tmp_path):
     assert finding.startswith("nb.ipynb:cell 3:line 2: XLA103 CUDA streams")
     code = finding.split(": ")[1].split()[0]
     assert finding.endswith(f"[xla-migrate rule {code}]")
-    done = run_cli("nb.ipynb", "--check", "--format", "json", cwd=tmp_path)
+    done = run_cli("nb.ipynb", "--check", "--format", "json-report", cwd=tmp_path)
     report = json.loads(done.stdout)
     jsonschema.validate(report, json.loads((ROOT / "docs" / "report.schema.json").read_text()))
     (entry,) = report["files"]
     assert [(f["cell"], f["line"], f["code"]) for f in entry["findings"]] == [(3, 2, code)]
-    github = run_cli("nb.ipynb", "--check", "--format", "github", cwd=tmp_path).stderr.decode()
+    github = run_cli("nb.ipynb", "--check", "--format", "github", cwd=tmp_path).stdout.decode()  # ruff's: stdout
     assert f"::warning file=nb.ipynb,title={code}::cell 3, line 2: " in github
     # A cell that is not Python: left out as it is, a finding names the cell and the line within it.
     nb.cells.append(nbformat.v4.new_code_cell("y = 1\nz = (1,"))
@@ -172,7 +172,7 @@ def test_notebook_findings_and_errors_name_the_cell_in_every_format(tmp_path):
     assert left.returncode == 0, left.stderr
     assert "nb.ipynb:cell 4:line 2: XLA001 code cell left as it is: it is not Python" in left.stderr.decode()
     assert nbformat.read(str(path), as_version=4).cells[3].source == "y = 1\nz = (1,"
-    entry = json.loads(run_cli("nb.ipynb", "--check", "--format", "json", cwd=tmp_path).stdout)["files"][0]
+    entry = json.loads(run_cli("nb.ipynb", "--check", "--format", "json-report", cwd=tmp_path).stdout)["files"][0]
     assert [(f["cell"], f["line"], f["code"]) for f in entry["findings"]][-1] == (4, 2, "XLA001")
 
 

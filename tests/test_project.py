@@ -264,7 +264,7 @@ def test_project_and_no_project_are_exclusive_and_root_must_be_a_folder(tmp_path
 
 
 def _json_run(*args: str) -> dict:
-    result = invoke(*args, "--format", "json")
+    result = invoke(*args, "--format", "json-report")
     assert result.exit_code in (0, 1), result.output
     return json.loads(result.stdout)
 

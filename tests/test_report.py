@@ -49,7 +49,9 @@ def test_github_annotations():
     lines = github_annotations(result)
     assert lines[0] == ("::warning file=src/train%2Cv2.py,line=4,col=1,title=XLA900::"
                         "left: 100%25 cuda%0Aline (fix: do it)")
-    assert lines[1].startswith("::notice file=src/train%2Cv2.py,line=3,col=10,title=XLA101::torch.device(")
+    # The change's range, as ruff's annotations give it (the finding appended above has no end: its start).
+    assert lines[1].startswith("::notice file=src/train%2Cv2.py,line=3,col=10,endLine=3,endColumn=70,"
+                               "title=XLA101::torch.device(")
     assert len(lines) == 1 + len(result.changes)
     error = github_annotations(migrate("x = (\n", path="bad.py"))
     assert error == ["::error file=bad.py,line=1,col=5,title=xla-migrate::cannot parse: '(' was never closed"]

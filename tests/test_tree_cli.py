@@ -412,7 +412,7 @@ def test_json_report_on_stdout_and_in_a_file(broken, tmp_path):
     import json
 
     report_path = tmp_path / "report.json"
-    result = invoke("--in", str(broken), "--check", "--format", "json", "--report", str(report_path))
+    result = invoke("--in", str(broken), "--check", "--format", "json-report", "--report", str(report_path))
     assert result.exit_code == 2
     printed = json.loads(result.stdout)  # on stdout, as ruff's --output-format json
     assert printed == json.loads(report_path.read_text())
@@ -430,10 +430,10 @@ def test_json_report_on_stdout_and_in_a_file(broken, tmp_path):
 def test_json_with_diff_needs_a_report_file(project, tmp_path):
     import json
 
-    refused = run_cli("src", "--diff", "--format", "json", cwd=tmp_path)
+    refused = run_cli("src", "--diff", "--format", "json-report", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stdout == b""
     assert refused.stderr.decode().strip() == (
-        "error: --format json prints the report on stdout, where --diff puts its output: "
+        "error: --format json-report prints the report on stdout, where --diff puts its output: "
         "write the report to a file with --report PATH instead")
     both = run_cli("src", "--diff", "--report", "r.json", cwd=tmp_path)
     assert both.returncode == 0 and both.stdout.startswith(b"diff --git")
@@ -454,16 +454,17 @@ def test_github_annotations(project, tmp_path):
     (project / "pkg" / "bad.py").write_bytes(SYNTAX_ERROR)
     result = invoke("--in", str(project), "--check", "--format", "github")
     assert result.exit_code == 2
-    lines = result.stderr.splitlines()
+    lines = result.stdout.splitlines()  # on stdout, as ruff's; the summary line stays on stderr
     assert f"::error file={project}/pkg/bad.py,line=3,col=7,title=xla-migrate::cannot parse: invalid syntax" in lines
     assert any(line.startswith(f"::notice file={project}/train.py,line=3,") for line in lines)
+    assert not any(line.startswith("::") for line in result.stderr.splitlines())
     single = invoke("--in", str(project / "train.py"), "--check", "--format", "github")
-    assert single.exit_code == 1 and single.stderr.startswith(f"::notice file={project}/train.py,line=")
+    assert single.exit_code == 1 and single.stdout.startswith(f"::notice file={project}/train.py,line=")
 
 
 def test_unknown_format(project):
     result = invoke("--in", str(project), "--check", "--format", "xml")
-    assert result.exit_code == 2 and result.stderr.strip() == "error: --format xml: expected one of text, json, github"
+    assert result.exit_code == 2 and result.stderr.strip() == "error: --format xml: expected one of text, json, json-report, sarif, github"
 
 
 # Ctrl-C --------------------------------------------------------------------------------------------------------

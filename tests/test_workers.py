@@ -39,8 +39,26 @@ def test_the_nesting_guard_stops_the_native_crash(tmp_path):
     assert "6 files: 5 would change" in result.stderr
 
 
+@pytest.fixture
+def no_crash_dump(request):
+    """The workers these tests crash on purpose inherit pytest's faulthandler, whose "Fatal Python error:
+    Segmentation fault" dump would land in the test log though nothing is wrong: off for the test (the
+    forked workers inherit that), back on pytest's file after."""
+    import faulthandler
+
+    faulthandler.disable()
+    yield
+    try:
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+        fd = request.config.stash.get(fault_handler_stderr_fd_key, None)
+    except ImportError:  # another pytest: its own stderr
+        fd = None
+    faulthandler.enable(file=fd if fd is not None else sys.__stderr__)
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_a_worker_crash_costs_only_its_file(tmp_path, monkeypatch, jobs):
+def test_a_worker_crash_costs_only_its_file(tmp_path, monkeypatch, jobs, no_crash_dump):
     """With the guard lifted the parser really segfaults in its worker: that file is one error line, every
     other file is still migrated in place, and the run exits 2 (no BrokenProcessPool, no lost files)."""
     monkeypatch.setattr(nesting, "MAX_DEPTH", 10**9)  # forked workers inherit it
@@ -58,7 +76,7 @@ def test_a_worker_crash_costs_only_its_file(tmp_path, monkeypatch, jobs):
         assert "xm.xla_device()" in (tmp_path / name).read_text(), name
 
 
-def test_a_mirror_still_copies_the_file_a_worker_crashed_on(tmp_path, monkeypatch):
+def test_a_mirror_still_copies_the_file_a_worker_crashed_on(tmp_path, monkeypatch, no_crash_dump):
     monkeypatch.setattr(nesting, "MAX_DEPTH", 10**9)
     monkeypatch.setattr(input_checks, "compile_error", lambda *args: None)
     make_project(tmp_path / "src")

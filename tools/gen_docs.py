@@ -61,9 +61,9 @@ def index_page(rules) -> str:
 
 
 def pages() -> dict[Path, str]:
-    from xla_migrate.engine.registry import all_rules
+    from xla_migrate.report.ruledocs import every_code
 
-    rules = all_rules()
+    rules = every_code()  # the engine's own codes (XLA000...) have pages too
     result = {DOCS / f"{rule.code}.md": rule_page(rule) for rule in rules}
     result[DOCS / "index.md"] = index_page(rules)
     return result

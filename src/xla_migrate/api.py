@@ -1,7 +1,9 @@
 """The library entry points: ``migrate`` (source in, result out) and ``migrate_file``.
 
-Neither raises on bad user input: a syntax error, undecodable bytes or an unknown target come back as a
-result whose ``error`` says what is wrong (line and column where there is one).
+Neither raises on bad input: a syntax error or undecodable bytes come back as a result whose ``error`` says
+what is wrong (line and column where there is one). A mistake in the call itself (an unknown target,
+data-parallel form or rule code) raises ValueError, so code that ignores ``error`` cannot write an
+unmigrated script believing it migrated.
 """
 
 from __future__ import annotations
@@ -144,6 +146,7 @@ def migrate(
     distributed: bool | None = None,
     data_parallel: str | None = None,
     project=None,
+    fix_safety: str = "all",
 ) -> MigrationResult:
     """Migrate one script's source. Bytes keep the file's encoding, BOM and line endings exactly.
 
@@ -157,21 +160,27 @@ def migrate(
     ``data_parallel``: the form a distributed script takes (DESIGN.md section 7): ``"ddp"`` keeps
     torch.distributed and DDP on torch_xla's ``xla`` process group, ``"xm"`` is the seeds' recipe (no DDP;
     ``xm.optimizer_step``, ``xmp.spawn``), ``"auto"`` (None: the default) takes xm where every update is shown
-    reduced once and the replicas start equal, else ddp (``result.data_parallel_reason`` says why). An unknown
-    form is an error result.
+    reduced once and the replicas start equal, else ddp (``result.data_parallel_reason`` says why). A form
+    the target cannot use raises ValueError, as an unknown ``target`` does.
 
     ``project``: a ``project.ProjectIndex`` the script belongs to (``path`` names the file in it): the
     script is then migrated as part of that program (helpers in other modules, entry files, one distributed
-    decision for the modules that import each other; docs/guide.md, Projects). None: migrated alone."""
-    return _migrate(source, target, select, ignore, path, out_path, distributed, data_parallel, project)
+    decision for the modules that import each other; docs/guide.md, Projects). None: migrated alone.
+
+    ``fix_safety``: ``"all"`` (every selected rule edits) or ``"safe"`` (``--safe-only``: the rules whose fix
+    is labelled ``review`` report what they would change instead of changing it)."""
+    return _migrate(source, target, select, ignore, path, out_path, distributed, data_parallel, project,
+                    fix_safety=fix_safety)
 
 
 @engine.cyclic_gc_paused
 def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ignore=None, path: str = "script.py",
              out_path: str | None = None, distributed: bool | None = None, data_parallel: str | None = None,
-             project=None, cells_compiled: bool = False) -> MigrationResult:
+             project=None, cells_compiled: bool = False, fix_safety: str = "all") -> MigrationResult:
     """``migrate``; ``cells_compiled``: the source is a notebook's cells joined, each of which CPython
     compiled already as IPython compiles it (alone, top-level ``await`` allowed)."""
+    if fix_safety not in ("all", "safe"):
+        raise ValueError(f"fix_safety must be 'all' or 'safe' (got {fix_safety!r})")
     select = registry.as_selectors(select, "select")
     ignore = registry.as_selectors(ignore, "ignore")
     if isinstance(source, str):
@@ -181,19 +190,13 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
         data = b""
     else:
         bom, text, to_parse, data = "", "", source, source
-    result = MigrationResult(source=text, code=text, target=target, path=path, out_path=out_path,
-                             output_bytes=data)
-    try:
-        target_spec = get_target(target)
-    except ValueError as error:
-        result.error = InputError(str(error))
-        return result
-    result.target = target_spec.name
+    target_spec = get_target(target)  # ValueError: a mistake in the call, as a bad selection
     form = target_spec.default_data_parallel if data_parallel is None else data_parallel
     problem = data_parallel_problem(target_spec, form)
     if problem is not None:
-        result.error = InputError(problem)
-        return result
+        raise ValueError(problem.replace("--data-parallel ", "data_parallel=", 1))
+    result = MigrationResult(source=text, code=text, target=target_spec.name, path=path, out_path=out_path,
+                             output_bytes=data)
     text, problem = _checked_text(source, to_parse, path, cells_compiled)
     if isinstance(source, bytes) and text is not None:
         result.source = result.code = text
@@ -222,8 +225,11 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
     if view is not None and distributed is None and view.distributed:
         distributed = True  # one decision for the modules that import each other
     try:
-        output = engine.run_pipeline(module, target_spec, registry.select_rules(target_spec.name, select, ignore),
-                                     distributed=distributed, data_parallel=form, project=view)
+        rules = registry.select_rules(target_spec.name, select, ignore)
+        report_only = frozenset(r.code for r in rules if r.fix_safety != "safe") if fix_safety == "safe" else frozenset()
+        output = engine.run_pipeline(module, target_spec, rules, distributed=distributed, data_parallel=form,
+                                     project=view, ignored_codes=registry.ignored_engine_codes(ignore),
+                                     report_only=report_only)
     except RecursionError:  # the analysis of input the nesting guard let through; still the input's doing
         result.error = engine.too_deep_error()
         return result

@@ -67,9 +67,20 @@ def run() -> None:
     if arguments is None:
         from .typer_app import app
 
+        _click_completion_order()
+
         app(prog_name="xla-migrate")
         return
     sys.exit(_run_fast(arguments))
+
+
+def _click_completion_order() -> None:
+    """Shell completion: click documents ``_XLA_MIGRATE_COMPLETE=bash_source`` (shell first), typer reads
+    ``source_bash``; both are taken."""
+    value = os.environ.get("_XLA_MIGRATE_COMPLETE", "")
+    shell, _, instruction = value.partition("_")
+    if shell in ("bash", "zsh", "fish", "powershell", "pwsh") and instruction in ("source", "complete"):
+        os.environ["_XLA_MIGRATE_COMPLETE"] = f"{instruction}_{shell}"
 
 
 def __getattr__(name: str):

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from ..engine.targets import DEFAULT_TARGET
 
-KEYS = ("target", "select", "ignore", "exclude", "extend-exclude", "force-exclude", "distributed", "data-parallel")
+KEYS = ("target", "select", "ignore", "exclude", "extend-exclude", "force-exclude", "distributed", "data-parallel",
+        "extend-select", "extend-ignore", "per-file-ignores", "exit-non-zero-on-findings", "fix-safety")
+FIX_SAFETY = ("all", "safe")  # fix-safety: every rule edits, or only the rules whose fix is "safe" (--safe-only)
 # Also accepted: the key spelled as the Python keyword argument (``migrate(..., data_parallel=...)``).
 KEY_SPELLINGS = {"data_parallel": "data-parallel"}
 
@@ -45,6 +47,13 @@ class Settings:
     cli_extend_exclude: list[str] = field(default_factory=list)  # --extend-exclude
     # The keys the configuration file set (for the report: where each project decision came from).
     configured: set[str] = field(default_factory=set)
+    # ruff's: codes added to select / ignore (the config's and --extend-select / --extend-ignore).
+    extend_select: list[str] = field(default_factory=list)
+    extend_ignore: list[str] = field(default_factory=list)
+    # gitignore-style pattern (relative to config_dir) -> codes ignored in the files it matches.
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    exit_non_zero_on_findings: bool = False  # exit 1 while findings need a human (CI)
+    fix_safety: str = "all"  # "safe": the rules whose fix is "review" report instead of editing
 
 
 def _load_toml(path: Path) -> dict:
@@ -83,6 +92,9 @@ def _tool_table(path: Path, data: dict):
     tool = data.get("tool", {})
     if not isinstance(tool, dict):
         raise ConfigError(f"{path}: tool must be a table ([tool.xla-migrate])")
+    if "xla_migrate" in tool:  # not silently ignored: the settings would not apply, with no word said
+        raise ConfigError(f"{path}: [tool.xla_migrate] is not read: the table is [tool.xla-migrate] (a hyphen)"
+                          + ("; keep one" if tool.get("xla-migrate") is not None else ""))
     return tool.get("xla-migrate")
 
 
@@ -91,7 +103,7 @@ def _has_section(path: Path) -> bool:
         data = path.read_bytes()
     except OSError:
         return False
-    if b"xla-migrate" not in data:  # cheap: most pyproject.toml files on the way up are not ours
+    if b"xla-migrate" not in data and b"xla_migrate" not in data:  # cheap: most pyproject.toml files on the way up are not ours
         return False
     try:
         return _tool_table(path, _load_toml(path)) is not None
@@ -162,7 +174,21 @@ def load_config(path: Path) -> Settings:
             raise ConfigError(f"{path}: [tool.xla-migrate] data-parallel must be one of "
                               f"{', '.join(repr(f) for f in DATA_PARALLEL_FORMS)}")
         settings.data_parallel = table["data-parallel"]
-    for key in ("distributed", "force-exclude"):
+    for key in ("extend-select", "extend-ignore"):
+        if key in table:
+            setattr(settings, key.replace("-", "_"), _codes(path, key, table[key]))
+    if "per-file-ignores" in table:
+        value = table["per-file-ignores"]
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: [tool.xla-migrate] per-file-ignores must be a table of pattern = [codes]")
+        settings.per_file_ignores = {pattern: _codes(path, f"per-file-ignores {pattern!r}", codes)
+                                     for pattern, codes in value.items()}
+    if "fix-safety" in table:
+        if table["fix-safety"] not in FIX_SAFETY:
+            raise ConfigError(f"{path}: [tool.xla-migrate] fix-safety must be one of "
+                              f"{', '.join(repr(f) for f in FIX_SAFETY)}")
+        settings.fix_safety = table["fix-safety"]
+    for key in ("distributed", "force-exclude", "exit-non-zero-on-findings"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{path}: [tool.xla-migrate] {key} must be true or false")

@@ -14,8 +14,8 @@ from typing import Optional
 
 from .. import __version__
 from ..api import migrate
-from . import output
-from .options import (EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FORMATS, UsageError, _check_paths,
+from . import output, selection
+from .options import (EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FORMATS, STDOUT_FORMATS, UsageError, _check_paths,
                       _decision_sources, _ignorer, _is_single_file, _project_root, _same_file, _settings,
                       _validate_rules, _without_excluded)
 from .output import (_OUTPUT, _diff_bytes, _err, _list_rules, _machine_report, _print_diff, _print_patch, _progress,
@@ -41,7 +41,9 @@ def _read_input(path: str) -> bytes:
 def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, target, select, ignore, distributed,
                     data_parallel, exclude, extend_exclude, force_exclude, no_gitignore, only_changed, jobs,
                     project, no_project, requirements, config, output_format, report_path, verify_output,
-                    statistics, list_rules, version, quiet, verbose) -> int:
+                    statistics, list_rules, version, quiet, verbose, extend_select=None, extend_ignore=None,
+                    exit_non_zero_on_findings=False, safe_only=False, show_settings=False, show_files=False,
+                    python=None) -> int:
     """The main command on its parsed arguments (from typer, or from the fast path for a plain run, which
     gives the same ones); returns the exit code."""
     _interrupts_raise()
@@ -52,16 +54,18 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
         if output_format not in FORMATS:
             raise UsageError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
         if list_rules:
-            if output_format == "github":
+            if output_format not in ("text", "json"):
                 raise UsageError("--list-rules --format: expected text or json")
             _list_rules(output_format)
             return EXIT_OK
-        if output_format == "json" and (diff or out == "-"):
-            raise UsageError(f"--format json prints the report on stdout, where {'--diff' if diff else '--out -'} "
-                             "puts its output: write the report to a file with --report PATH instead")
+        if output_format in STDOUT_FORMATS and (diff or out == "-"):
+            raise UsageError(f"--format {output_format} prints the report on stdout, where "
+                             f"{'--diff' if diff else '--out -'} puts its output: write the report to a file with "
+                             "--report PATH instead")
         if statistics and output_format != "text":
-            raise UsageError("--statistics is a text report; the JSON report (--format json) has every record")
-        _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics, project=None)
+            raise UsageError(f"--statistics is a text report; --format {output_format} has every record")
+        _OUTPUT.update(format=output_format, report=report_path, quiet=quiet, statistics=statistics, project=None,
+                       findings=0)
         if project is not None and no_project:
             raise UsageError("--project and --no-project cannot be used together")
         if project is not None and not os.path.isdir(project):
@@ -69,15 +73,27 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
         inputs = [*(in_path or []), *(paths or [])]
         settings = _settings(inputs, config, target, select, ignore, exclude, extend_exclude)
         _OUTPUT["config"] = settings.config_path
+        selection.extend(settings, extend_select, extend_ignore, exit_non_zero_on_findings, safe_only)
+        selection.check_codes(settings)
+        if verbose and quiet < 2:
+            _err(selection.config_line(settings))
+        if show_settings:
+            selection.show_settings(settings, inputs)
+            return EXIT_OK
         if distributed is not None:
             settings.distributed = distributed
         if data_parallel is not None:
             settings.data_parallel = data_parallel
         ignorer = _ignorer(settings, not no_gitignore)
+        if show_files:
+            selection.show_files(inputs, ignorer)
+            return EXIT_OK
         if force_exclude or settings.force_exclude:
             inputs = _without_excluded(inputs, ignorer)
             if inputs == []:
                 return _nothing_to_migrate()
+        if python is not None and not verify_output:
+            raise UsageError("--python names the interpreter --verify runs the script with: pass --verify too")
         sources = _decision_sources(settings, target, distributed, data_parallel)
         root = None if no_project else _project_root(settings, inputs, project)
         checked = _verify_target(inputs, out, in_place, diff or check, root, ignorer) if verify_output else None
@@ -85,9 +101,12 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             if requirements:
                 raise UsageError("--requirements takes a tree run (a folder): it edits the project's requirements")
             index = _single_file_index(inputs[0] if inputs else None, root, ignorer)
-            code = _migrate_one(inputs[0] if inputs else None, out, in_place, diff, diff_file, check,
-                                settings.target, settings.select, settings.ignore, verbose,
-                                settings.distributed, settings.data_parallel, index)
+            single = inputs[0] if inputs else None
+            ignored = [*settings.ignore, *selection.ignores_for(single or "-", settings.per_file_ignores,
+                                                              settings.config_dir)]
+            code = _migrate_one(single, out, in_place, diff, diff_file, check,
+                                settings.target, settings.select, ignored, verbose,
+                                settings.distributed, settings.data_parallel, index, settings.fix_safety)
         else:
             if requirements and root is None:
                 raise UsageError("--requirements needs a project: one input folder, --project ROOT or a "
@@ -95,7 +114,9 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer,
                                  only_changed, jobs, verbose, root, sources, requirements)
         if checked is not None and code == EXIT_OK:
-            code = _verify_written(*checked)
+            code = _verify_written(*checked, python=python)
+        if code == EXIT_OK and settings.exit_non_zero_on_findings and _OUTPUT.get("findings"):
+            code = EXIT_CHANGES  # ruff's --exit-non-zero-on-findings: CI fails while findings need a human
     except UsageError as error:
         _err(f"error: {error}", "red")
         code = EXIT_ERROR
@@ -170,7 +191,8 @@ def _verify_target(inputs, out, in_place, dry, root=None, ignorer=None) -> tuple
             Trees(Path(mirror), Path(folder), explicit=True), None)
 
 
-def _verify_written(script: str, original: Optional[str], trees=None, project_root: Optional[str] = None) -> int:
+def _verify_written(script: str, original: Optional[str], trees=None, project_root: Optional[str] = None,
+                    python: Optional[str] = None) -> int:
     """xla-migrate verify on what was just written; its text report goes to stderr with the migration's (stdout
     keeps its one thing: nothing, or the JSON report). A mirror's entry runs with the mirror importable (its
     original with the source tree); a script of a project, with the project's root importable."""
@@ -179,7 +201,7 @@ def _verify_written(script: str, original: Optional[str], trees=None, project_ro
 
     try:
         with stop_on_signals():
-            report = verify(script, against=original, python=os.environ.get("XLA_MIGRATE_PYTHON"),
+            report = verify(script, against=original, python=python or os.environ.get("XLA_MIGRATE_PYTHON"),
                             original_required=False, trees=trees, project_root=project_root)
     except Interrupted as stop:
         return interrupted(stop)
@@ -209,7 +231,7 @@ def _single_file_index(path, root, ignorer):
 
 
 def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, verbose,
-                 distributed=None, data_parallel=None, project=None) -> int:
+                 distributed=None, data_parallel=None, project=None, fix_safety="all") -> int:
     if in_path is None:
         raise UsageError("missing PATH: the script, notebook or folder to migrate (see --help)")
     _validate_rules(target, select, ignore, data_parallel)
@@ -223,10 +245,10 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
     label_out = named_out or label_in
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,
                      path=label_in, out_path=label_out, distributed=distributed, data_parallel=data_parallel,
-                     project=project)
+                     project=project, fix_safety=fix_safety)
     if result.error is not None:
         if _machine_report([result]) or _OUTPUT["format"] == "github":
-            if _OUTPUT["format"] == "json":
+            if _OUTPUT["format"] in STDOUT_FORMATS:
                 _err(f"error: {result.error.format(label_in)}", "red")
             return EXIT_ERROR
         raise UsageError(result.error.format(label_in))
@@ -310,8 +332,11 @@ def _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignor
                            settings.data_parallel,
                            write=not dry,
                            copy_others=not only_changed,
-                           want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"]) or _OUTPUT["format"] == "json",
-                           project=index, mirror_root=os.path.realpath(out) if mirror else None)
+                           want_diff=diff or bool(diff_file) or bool(_OUTPUT["report"])
+                           or _OUTPUT["format"] == "json-report",
+                           project=index, per_file_ignores=settings.per_file_ignores,
+                           config_dir=settings.config_dir, fix_safety=settings.fix_safety,
+                           mirror_root=os.path.realpath(out) if mirror else None)
     try:
         with _progress(len(tasks), _OUTPUT["quiet"]) as progress:
             outcomes = workers.run_all(tasks, options, jobs or os.cpu_count() or 1, progress)

@@ -20,6 +20,7 @@ from ..report.diff import unified_diff
 from ..engine.records import Finding
 from ..syntax.patterns import IPYTHON_PLACEHOLDER_COMMENT
 from ..engine.triggers import mentions_a_trigger
+from .ipython_lines import cuda_in_ipython_lines
 
 # `%magic`, `!cmd`, `x = !cmd`, `?obj`, `obj?` and wildcard help (`torch.*Tensor?`).
 IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]|\?+[\w.]|[\w.*]+\?+\s*$)")
@@ -186,6 +187,7 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         if cell.cell_type != "code":
             continue
         source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+        left_out += cuda_in_ipython_lines(task.path, number, source, IPYTHON_LINE)  # XLA003: not rewritten
         first = source.lstrip().split("\n", 1)[0].split()
         if first and first[0].startswith("%%") and first[0] not in PYTHON_CELL_MAGICS:
             continue  # another language (%%bash, %%html...)
@@ -204,14 +206,18 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
             continue
         program.add(number, masked, saved, source.endswith("\n"))
         sources[number] = source
+    from ..engine.registry import ignored_engine_codes
+
+    left_out = [item for item in left_out if item[1].code not in ignored_engine_codes(options.ignore_for(task.path))]
     if not any(mentions_a_trigger(s.encode("utf-8")) for s in [*sources.values(), *left_out_sources]):
+        outcome.findings = [item for item in left_out if item[1].code == "XLA003"]
         return data
     outcome.findings = list(left_out)
     if not program.cells:
         return data
-    result = _migrate(program.text, target=options.target, select=options.select, ignore=options.ignore,
+    result = _migrate(program.text, target=options.target, select=options.select, ignore=options.ignore_for(task.path),
                       path=task.path, distributed=options.distributed,
-                      data_parallel=options.data_parallel, cells_compiled=True)
+                      data_parallel=options.data_parallel, cells_compiled=True, fix_safety=options.fix_safety)
     if result.error is not None:
         cell, line = program.place(result.error.line)
         outcome.input_error = replace(result.error, cell=cell, line=line)
@@ -249,5 +255,6 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
 def _in_cell(program: _Program, path: str, record):
     """A change or finding at its cell and line within the cell, with the label the text report prints."""
     cell, line = program.place(record.line)
-    moved = replace(record, cell=cell, line=line)
+    moved = replace(record, cell=cell, line=line,
+                    end_line=record.end_line - record.line + line if record.end_line else 0)
     return f"{path}:cell {cell}:line {line}", moved

@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Optional
 
 EXIT_OK, EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
-FORMATS = ("text", "json", "github")
+# --output-format (--format): text on stderr; the others on stdout, as ruff's. json is ruff's flat list of
+# diagnostics, json-report the nested per-file report (docs/report.schema.json), sarif SARIF 2.1.0.
+FORMATS = ("text", "json", "json-report", "sarif", "github")
+STDOUT_FORMATS = ("json", "json-report", "sarif", "github")
 
 
 class UsageError(Exception):
@@ -204,18 +207,23 @@ _DEFAULTS: dict = {
     "extend_exclude": None, "force_exclude": False, "no_gitignore": False, "only_changed": False, "jobs": None,
     "project": None, "no_project": False, "requirements": False, "config": None, "output_format": "text",
     "report_path": None, "verify_output": False, "statistics": False, "list_rules": False, "version": False,
-    "quiet": 0, "verbose": False}
+    "quiet": 0, "verbose": False, "extend_select": None, "extend_ignore": None, "exit_non_zero_on_findings": False,
+    "safe_only": False, "show_settings": False, "show_files": False, "python": None}
 _FAST_VALUES = {"--out": "out", "--diff-file": "diff_file", "--target": "target", "--data-parallel": "data_parallel",
-                "--project": "project", "--config": "config", "--format": "output_format", "--report": "report_path"}
+                "--project": "project", "--config": "config", "--format": "output_format", "--report": "report_path",
+                "--output-format": "output_format", "--python": "python"}
 _FAST_LISTS = {"--in": "in_path", "--select": "select", "--ignore": "ignore", "--exclude": "exclude",
-               "--extend-exclude": "extend_exclude"}
+               "--extend-exclude": "extend_exclude", "--extend-select": "extend_select",
+               "--extend-ignore": "extend_ignore"}
 _FAST_FLAGS = {"--in-place": ("in_place", True), "--diff": ("diff", True), "--check": ("check", True),
                "--distributed": ("distributed", True), "--single": ("distributed", False),
                "--force-exclude": ("force_exclude", True), "--no-gitignore": ("no_gitignore", True),
                "--only-changed": ("only_changed", True), "--no-project": ("no_project", True),
                "--requirements": ("requirements", True), "--verify": ("verify_output", True),
                "--statistics": ("statistics", True), "--list-rules": ("list_rules", True),
-               "-v": ("verbose", True), "--verbose": ("verbose", True)}
+               "-v": ("verbose", True), "--verbose": ("verbose", True),
+               "--exit-non-zero-on-findings": ("exit_non_zero_on_findings", True), "--safe-only": ("safe_only", True),
+               "--show-settings": ("show_settings", True), "--show-files": ("show_files", True)}
 
 
 def fast_arguments(args: list[str]) -> Optional[dict]:

@@ -19,8 +19,9 @@ from .options import EXIT_INTERRUPTED, UsageError
 
 # How this run reports: --format, --report, -q (0: all, 1: no summary line, 2: errors only) and
 # --statistics (set once per command).
+# "findings": how many the run reported (for --exit-non-zero-on-findings).
 _OUTPUT: dict = {"format": "text", "report": None, "quiet": 0, "statistics": False, "project": None,
-                 "config": None}
+                 "config": None, "findings": 0}
 
 
 def _colour(stream) -> bool:
@@ -55,16 +56,17 @@ def _print_diff(result: MigrationResult) -> None:
 
 
 def _list_rules(output_format: str) -> None:
-    from ..engine.registry import all_rules
+    """Every code the tool can print, the engine's (XLA000-XLA003) first, then the rules'."""
+    from ..report.ruledocs import every_code
 
     if output_format == "json":
         import json
 
         from ..report.ruledocs import rule_record
 
-        print(json.dumps([rule_record(rule) for rule in all_rules()], indent=2))
+        print(json.dumps([rule_record(rule) for rule in every_code()], indent=2))
         return
-    for rule in all_rules():
+    for rule in every_code():
         targets = ",".join(rule.targets)
         print(f"{rule.code}  {rule.name:<28} {rule.fix_safety:<6} [{targets}]  {rule.summary}")
 
@@ -109,24 +111,38 @@ _SEPARATORS = str.maketrans("", "", "-_.")
 
 
 def _machine_report(results: list[MigrationResult]) -> bool:
-    """Write --report and print the json/github report; True when the text report is replaced."""
-    if _OUTPUT["report"] or _OUTPUT["format"] == "json":
-        import json
+    """Write --report and print the machine-readable formats (stdout, as ruff's: nothing else is there,
+    checked up front); True when the text report is replaced."""
+    import json
 
+    _OUTPUT["findings"] = sum(len(result.findings) for result in results)
+    output_format = _OUTPUT["format"]
+    if _OUTPUT["report"] or output_format == "json-report":
         text = json.dumps(report.json_report(results, _OUTPUT["project"]), indent=2) + "\n"
         if _OUTPUT["report"]:
             _write(Path(_OUTPUT["report"]), text.encode("utf-8"))
-        if _OUTPUT["format"] == "json":  # on stdout, as ruff's: nothing else is there (checked up front)
-            sys.stdout.flush()
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        if output_format == "json-report":
+            _stdout(text)
             return True
-    if _OUTPUT["format"] == "github":
+    if output_format in ("json", "sarif"):
+        from ..report import diagnostics
+
+        data = diagnostics.json_diagnostics(results) if output_format == "json" else diagnostics.sarif_log(results)
+        _stdout(json.dumps(data, indent=2) + "\n")
+        return True
+    if output_format == "github":
         for result in results:
             for line in report.github_annotations(result):
                 if _OUTPUT["quiet"] < 2 or line.startswith("::error"):
-                    _err(line)
+                    print(line)
+        sys.stdout.flush()
     return False
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.flush()
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _records(results: list[MigrationResult], verbose: bool) -> None:

@@ -31,6 +31,16 @@ class Options:
     # The project index (project.ProjectIndex, plain data): every file is migrated as part of that program.
     project: object = None
     mirror_root: str | None = None  # --out DIR: writes stay inside it and never go through a link
+    per_file_ignores: dict | None = None  # [tool.xla-migrate] per-file-ignores, relative to config_dir
+    config_dir: object = None
+    fix_safety: str = "all"  # "safe": --safe-only
+
+    def ignore_for(self, path: str) -> list[str] | None:
+        """``ignore`` with the codes ``per-file-ignores`` adds for ``path``."""
+        from .selection import ignores_for
+
+        extra = ignores_for(path, self.per_file_ignores or {}, self.config_dir)
+        return [*(self.ignore or []), *extra] or None
 
 
 @dataclass(frozen=True)
@@ -237,9 +247,9 @@ def _write_mirror(path: Path, data: bytes | Path, source: Path, mirror_root: str
 def _migrate_python(task: Task, data: bytes, options: Options, outcome: Outcome) -> bytes:
     from ..api import migrate
 
-    result = migrate(data, target=options.target, select=options.select, ignore=options.ignore,
+    result = migrate(data, target=options.target, select=options.select, ignore=options.ignore_for(task.path),
                      path=task.path, out_path=task.out_path or task.path, distributed=options.distributed,
-                     data_parallel=options.data_parallel, project=options.project)
+                     data_parallel=options.data_parallel, project=options.project, fix_safety=options.fix_safety)
     outcome.parsed = True
     if result.error is not None:
         outcome.error = result.error.format(task.path)

@@ -17,7 +17,7 @@ from . import main
 from .options import EXIT_ERROR, HELP
 from .output import _err
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
@@ -45,14 +45,21 @@ def command(
     no_project: bool = typer.Option(False, "--no-project", help="Migrate every file alone, as if it were the whole program."),
     requirements: bool = typer.Option(False, "--requirements", help="Tree run: add the target's torch_xla pin to the project's requirements.txt or pyproject.toml [project] dependencies."),
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Read [tool.xla-migrate] from this pyproject.toml (default: the nearest one above the input)."),
-    output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="Report format: text (stderr), json (stdout; not with --diff or --out -: use --report) or github (workflow annotations, stderr). With --list-rules: text or json."),
+    output_format: str = typer.Option("text", "--output-format", "--format", metavar="FORMAT", help="Report format: text (stderr); on stdout (not with --diff or --out -: use --report): json (ruff's flat list of diagnostics), json-report (the nested per-file report), sarif (SARIF 2.1.0) or github (workflow annotations). With --list-rules: text or json."),
     report_path: Optional[str] = typer.Option(None, "--report", metavar="PATH", help="Also write the JSON report to PATH."),
     verify_output: bool = typer.Option(False, "--verify", help="After writing one script, run 'xla-migrate verify' on it (against the input with --out); its report on stderr, its exit code."),
     statistics: bool = typer.Option(False, "--statistics", help="Count the changes and findings per rule code instead of listing each."),
-    list_rules: bool = typer.Option(False, "--list-rules", help="List the rules and exit ('xla-migrate rule CODE' prints one)."),
+    list_rules: bool = typer.Option(False, "--list-rules", help="List every code; 'xla-migrate rule CODE' prints its page."),
     version: bool = typer.Option(False, "--version", help="Print the version and exit."),
     quiet: int = typer.Option(0, "-q", "--quiet", count=True, show_default=False, help="Leave out the summary line; -qq: print errors only."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list every change."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also list every change, and say which pyproject.toml the run read."),
+    extend_select: Optional[list[str]] = typer.Option(None, "--extend-select", metavar="CODES", help="Add these codes to --select or the configured select (comma-separated; ALL: every rule)."),
+    extend_ignore: Optional[list[str]] = typer.Option(None, "--extend-ignore", metavar="CODES", help="Skip these codes as well as the ignored ones (comma-separated)."),
+    exit_non_zero_on_findings: bool = typer.Option(False, "--exit-non-zero-on-findings", help="Exit 1 while findings need a human (for CI), as ruff's flag of that name."),
+    safe_only: bool = typer.Option(False, "--safe-only", help="Only the rules whose fix is safe edit; those labelled review report what they would change (config: fix-safety = \"safe\")."),
+    show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved settings (and the pyproject.toml read) and exit."),
+    show_files: bool = typer.Option(False, "--show-files", help="Print the files the run would migrate and exit."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PY", help="With --verify: the interpreter with torch_xla to run the script with (default: $XLA_MIGRATE_PYTHON, else this one)."),
 ) -> None:
     arguments = dict(locals())  # first, so that it holds the parameters only
     raise typer.Exit(main.migrate_command(**arguments))

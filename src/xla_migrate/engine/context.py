@@ -570,7 +570,7 @@ class MigrationContext:
     # Recording -------------------------------------------------------------------------------------------
     def record_change(self, code: str, node: cst.CSTNode, message: str) -> Change:
         line, column = self.position(node)
-        change = Change(line, column, code, message)
+        change = Change(line, column, code, message, None, *self._end(node))
         self.changes.append(change)
         return change
 
@@ -578,8 +578,14 @@ class MigrationContext:
         """Take an edit's change record back out of the report (it was not applied) and report instead
         what a person has to do."""
         self.changes = [c for c in self.changes if c is not change]
-        self.findings.append(Finding(change.line, change.column, code or change.code, message, fix))
+        self.findings.append(Finding(change.line, change.column, code or change.code, message, fix, None,
+                                     change.end_line, change.end_column))
 
     def record_finding(self, code: str, node: cst.CSTNode, message: str, fix: str = "") -> None:
         line, column = self.position(node)
-        self.findings.append(Finding(line, column, code, message, fix))
+        self.findings.append(Finding(line, column, code, message, fix, None, *self._end(node)))
+
+    def _end(self, node: cst.CSTNode) -> tuple[int, int]:
+        """(line, 1-based column just past the node) where it ends in the input; (0, 0) if not in it."""
+        end = self._positions.end(node)
+        return (end[0], end[1] + 1) if end is not None else (0, 0)

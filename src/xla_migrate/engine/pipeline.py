@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from . import gate, input_checks, leftovers
+from . import gate, input_checks, leftovers, suppressions
 from ..syntax import large_files, native_parse, nesting, positions, walk
 from ..syntax.walk import fast_visits
 from .apply import Applied, apply_edits
@@ -244,10 +244,13 @@ def _handled_node_types(rule_class: type, prefix: str) -> tuple[str, ...]:
 
 def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
                  distributed: bool | None = None, data_parallel: str | None = None,
-                 project=None) -> PipelineOutput:
+                 project=None, ignored_codes: frozenset[str] = frozenset(),
+                 report_only: frozenset[str] = frozenset()) -> PipelineOutput:
     """``distributed``: True/False force the distributed or single-device migration; None detects it.
     ``data_parallel``: "auto", "ddp" or "xm" (None: the target's default, auto). ``project``: the file's view of the
-    project index (``project.ProjectFile``), None for a file migrated alone."""
+    project index (``project.ProjectFile``), None for a file migrated alone. ``ignored_codes``: the engine's
+    own codes (codes.py) the run ignores. ``report_only``: rules whose edits become findings instead
+    (``fix_safety="safe"``: the rules whose fix needs a review)."""
     # The analysis and the rules only read the tree: their visitors walk it rather than rebuild it. The
     # edits' transformers run outside, on libcst's own path (through the walk's hook they would recurse
     # one frame deeper per level).
@@ -257,6 +260,9 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
                                project=project)
         if ctx.facts.runs_on_xla:
             rules = [rule for rule in rules if rule.on_xla_code]
+        suppressed = suppressions.scan(ctx.input_code)
+        if suppressed.skip_file:
+            rules = []
         ctx.set_rule_codes(frozenset(r.code for r in rules))
         if rules:
             cuda_paths = ctx.cuda_paths if ctx.facts.runs_on_xla else None
@@ -266,7 +272,9 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
                                   batched.leaves)
             else:
                 module.visit(batched)
-    applied = _applied(ctx, _apply_with_leftovers(ctx))
+    if report_only:
+        _report_instead_of_editing(ctx, report_only)
+    applied = _applied(ctx, _apply_with_leftovers(ctx, suppressed))
     # Module.code renders the whole tree each time it is read: render the output once per version (the
     # input's render came with its positions).
     if applied.module is not module:
@@ -279,6 +287,10 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         output = ctx.input_code
     applied.report_overlaps(ctx)
     _drop_unapplied_derived_changes(ctx)
+    if suppressed:
+        _drop_suppressed_findings(ctx, suppressed)
+    if ignored_codes:
+        ctx.findings = [f for f in ctx.findings if f.code not in ignored_codes]
     return PipelineOutput(
         code=output,
         input_code=ctx.input_code,
@@ -297,15 +309,58 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
 _LEFTOVER_ROUNDS = 5
 
 
-def _apply_with_leftovers(ctx: MigrationContext) -> Applied:
-    """Every edit applied; a function the edits left doing nothing goes with its calls (leftovers.py)."""
+def _apply_with_leftovers(ctx: MigrationContext, suppressed: suppressions.Suppressions) -> Applied:
+    """Every edit applied but the suppressed ones; a function the edits left doing nothing goes with its calls
+    (leftovers.py)."""
+    _drop_suppressed_edits(ctx, suppressed)
     applied = apply_edits(ctx)
     seen: set[cst.FunctionDef] = set()
     for _ in range(_LEFTOVER_ROUNDS):
         if not leftovers.remove_emptied_functions(ctx, applied.emptied_functions, seen):
             break
+        _drop_suppressed_edits(ctx, suppressed)
         applied = apply_edits(ctx)
     return applied
+
+
+def _drop_suppressed_edits(ctx: MigrationContext, suppressed: suppressions.Suppressions) -> None:
+    """The edits on lines a ``# noqa`` or an off/on block keeps, and their change records, dropped before
+    any is applied (once here for every rule); an edit derived from a dropped one goes with it."""
+    if not suppressed:
+        return
+    # An insertion keeps the lines there as they are (it adds lines beside them, such as the device binding
+    # the following lines use): suppressions leave it, as the later edits that need it would be withdrawn.
+    dropped = {id(change) for kind, change in ctx.edits.records()
+               if kind != "insert" and suppressed.suppresses(change.line, change.code)}
+    if dropped:
+        ctx.edits = ctx.edits.keeping({id(change) for _, change in ctx.edits.records()} - dropped)
+        ctx.changes = [change for change in ctx.changes if id(change) not in dropped]
+
+
+def _report_instead_of_editing(ctx: MigrationContext, codes: frozenset[str]) -> None:
+    """--safe-only: the edits of these rules are not applied; each is reported for a person instead."""
+    dropped = [change for _, change in ctx.edits.records() if change.code in codes]
+    if not dropped:
+        return
+    ids = {id(change) for change in dropped}
+    ctx.edits = ctx.edits.keeping({id(change) for _, change in ctx.edits.records()} - ids)
+    ctx.changes = [change for change in ctx.changes if id(change) not in ids]
+    ctx.findings += [Finding(change.line, change.column, change.code, f"not applied (fix safety: review): "
+                             f"{change.message}", "review it and make it by hand, or run without --safe-only", None,
+                             change.end_line, change.end_column)
+                     for change in dropped]
+
+
+def _drop_suppressed_findings(ctx: MigrationContext, suppressed: suppressions.Suppressions) -> None:
+    """The findings on suppressed lines dropped; the ``# noqa`` codes that kept nothing out reported (XLA002)."""
+    from .codes import engine_code
+    from .registry import all_rules
+
+    codes = {rule.code for rule in all_rules()}
+    kept = [f for f in ctx.findings if not suppressed.suppresses(f.line, f.code)]
+    unused = suppressed.unused(lambda code: code in codes or engine_code(code) is not None,
+                               lambda code: ctx.runs(code) or engine_code(code) is not None)
+    ctx.findings = kept + unused
 
 
 def _drop_unapplied_derived_changes(ctx: MigrationContext) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True, order=True)
@@ -15,9 +15,13 @@ class Change:
     code: str
     message: str
     cell: int | None = None
+    # Where the node ends (line, 1-based column just past it; 0: not known, the start stands for it): for
+    # the formats that take a range (github, json, sarif). Not compared, and not in the nested JSON report.
+    end_line: int = field(default=0, compare=False, repr=False)
+    end_column: int = field(default=0, compare=False, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return _without_end(asdict(self))
 
 
 @dataclass(frozen=True, order=True)
@@ -30,9 +34,25 @@ class Finding:
     message: str
     fix: str = ""
     cell: int | None = None  # as Change.cell
+    end_line: int = field(default=0, compare=False, repr=False)  # as Change.end_line
+    end_column: int = field(default=0, compare=False, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return _without_end(asdict(self))
+
+
+def _without_end(record: dict) -> dict:
+    """The nested JSON report's record (schema version 2): no end position."""
+    record.pop("end_line", None)
+    record.pop("end_column", None)
+    return record
+
+
+def end_of(record) -> tuple[int, int]:
+    """(end line, end column) of a record; its start where the end is not known."""
+    if record.end_line:
+        return record.end_line, record.end_column
+    return record.line, record.column
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,23 @@ def all_rules() -> tuple[type[Rule], ...]:
 
 
 def _matches(code: str, selectors: list[str]) -> bool:
-    return any(code.startswith(s.strip().upper()) for s in selectors if s.strip())
+    """``ALL`` (ruff's spelling) matches every code; another selector is a code or a prefix of one."""
+    return any(s.strip().upper() == "ALL" or code.startswith(s.strip().upper()) for s in selectors if s.strip())
+
+
+def ignored_engine_codes(ignore: list[str] | None) -> frozenset[str]:
+    """The engine's own codes (codes.py) an ignore list names: they are dropped from the findings. A bare
+    prefix (``XLA``, ``XLA0``) or ``ALL`` names them as it names rules."""
+    from .codes import ENGINE_CODES
+
+    return frozenset(entry.code for entry in ENGINE_CODES if ignore and _matches(entry.code, ignore))
+
+
+def all_codes() -> list[str]:
+    """Every code the tool can print: the engine's (XLA000...) and the rules', sorted."""
+    from .codes import ENGINE_CODES
+
+    return sorted([entry.code for entry in ENGINE_CODES] + [rule.code for rule in all_rules()])
 
 
 def select_rules(target: str, select: list[str] | None = None, ignore: list[str] | None = None) -> list[type[Rule]]:
@@ -61,5 +77,6 @@ def as_selectors(value: str | list[str] | tuple[str, ...] | None, argument: str)
 
 
 def unknown_selectors(selectors: list[str]) -> list[str]:
-    codes = [r.code for r in all_rules()]
-    return [s for s in selectors if s.strip() and not any(c.startswith(s.strip().upper()) for c in codes)]
+    codes = all_codes()
+    return [s for s in selectors if s.strip() and s.strip().upper() != "ALL"
+            and not any(c.startswith(s.strip().upper()) for c in codes)]

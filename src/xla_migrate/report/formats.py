@@ -127,7 +127,10 @@ def _annotation_place(path: str, record) -> tuple[str, str]:
         return f"file={path}", f"cell {cell}, line {record.line}: "
     if not record.line:
         return f"file={path}", ""
-    return f"file={path},line={record.line},col={record.column or 1}", ""
+    end = ""
+    if getattr(record, "end_line", 0):  # as ruff's annotations: the range, not only its start
+        end = f",endLine={record.end_line},endColumn={record.end_column or 1}"
+    return f"file={path},line={record.line},col={record.column or 1}{end}", ""
 
 
 def github_annotations(result: MigrationResult) -> list[str]:

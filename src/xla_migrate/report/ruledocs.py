@@ -13,14 +13,25 @@ def find_rule(code_or_name: str):
     from ..engine.registry import all_rules
 
     wanted = code_or_name.strip()
-    for rule in all_rules():
+    for rule in every_code():
         if rule.code == wanted.upper() or rule.name == wanted.lower():
             return rule
     return None
 
 
+def every_code() -> list:
+    """Every code the tool can print, sorted: the engine's own (engine/codes.py) and the rules'."""
+    from ..engine.codes import ENGINE_CODES
+    from ..engine.registry import all_rules
+
+    return sorted([*ENGINE_CODES, *all_rules()], key=lambda rule: rule.code)
+
+
 def source_path(rule) -> str:
-    """Where the rule lives in a checkout: ``transforms/...py`` (shipped as ``xla_migrate.transforms``)."""
+    """Where the rule lives in a checkout: ``transforms/...py`` (shipped as ``xla_migrate.transforms``); an
+    engine code's module."""
+    if isinstance(getattr(rule, "source", None), str):
+        return rule.source
     module = rule.__module__.split(".")
     return "/".join(module[1:]) + ".py" if module[0] == "xla_migrate" else "/".join(module) + ".py"
 
@@ -37,11 +48,15 @@ def rule_record(rule) -> dict:
 
 def rule_page(rule) -> list[str]:
     """The page's lines, Markdown: title, summary, fix safety, targets, source, then the docstring's sections."""
-    doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
-    _title, _, body = doc.partition("\n")
+    if isinstance(getattr(rule, "doc", None), str):  # an engine code (engine/codes.py)
+        body = rule.doc
+    else:
+        doc = inspect.getdoc(sys.modules[rule.__module__]) or ""
+        _title, _, body = doc.partition("\n")
     lines = [f"# {rule.code} {rule.name}", "", rule.summary + ".", ""]
     on_xla = "yes (it migrates CUDA remnants or only reports)" if rule.on_xla_code else "no (left as it is)"
-    lines += [f"- Fix safety: {rule.fix_safety}", f"- Targets: {', '.join(rule.targets)}",
+    lines += [f"- Fix safety: {rule.fix_safety}" + (" (the engine reports it; no rule makes it)"
+                                                     if rule.fix_safety == "none" else ""), f"- Targets: {', '.join(rule.targets)}",
               f"- On code that already runs on torch_xla: {on_xla}", f"- Source: `{source_path(rule)}`", ""]
     for paragraph in _sections(body):
         lines += paragraph

@@ -16,6 +16,7 @@ import sys
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 
 from . import core as verification
 
@@ -25,10 +26,18 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
-@app.command()
+class _Command(TyperCommand):
+    """The usage line as people write it: typer prints its arguments with type tags (``SCRIPT <str>``) and
+    braces (``{SCRIPT}``); the help text describes them instead."""
+
+    def format_usage(self, ctx, formatter) -> None:
+        formatter.write_usage(ctx.command_path, "[OPTIONS] SCRIPT [-- SCRIPT ARGS...]")
+
+
+@app.command(cls=_Command)
 def verify(
-    script: str = typer.Argument(..., metavar="SCRIPT", help="The (migrated) script to run on torch_xla."),
-    script_args: Optional[list[str]] = typer.Argument(None, metavar="[-- SCRIPT ARGS]", show_default=False,
+    script: str = typer.Argument(..., metavar="SCRIPT", hidden=True, help="The (migrated) script to run on torch_xla."),
+    script_args: Optional[list[str]] = typer.Argument(None, metavar="[-- SCRIPT ARGS]", show_default=False, hidden=True,
                                                       help="Arguments for the script (and the original), after --."),
     against: Optional[str] = typer.Option(None, "--against", metavar="ORIGINAL", help="Also run ORIGINAL on plain CPU torch (CUDA hidden) and compare the losses: fp32 within 1e-3 at every value; mixed precision or runs whose random numbers differ (dropout on the device, unseeded generators) by their smoothed curves (R² and relative L1)."),
     against_args: Optional[str] = typer.Option(None, "--against-args", metavar="ARGS", help="The original's own arguments, one string split like a shell (default: the script's)."),
@@ -41,7 +50,9 @@ def verify(
     output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="text or json (one object on stdout, schema docs/verify.schema.json)."),
 ) -> None:
     """Run a migrated script on torch_xla (PJRT CPU by default) and check it: does it run, compile once,
-    run one graph per step, avoid host reads and CPU fallbacks, and learn like the original."""
+    run one graph per step, avoid host reads and CPU fallbacks, and learn like the original.
+
+    SCRIPT is the (migrated) script to run; the arguments after -- go to it (and to the original)."""
     if output_format not in FORMATS:
         _err(f"error: --format {output_format}: expected one of {', '.join(FORMATS)}")
         raise typer.Exit(verification.EXIT_CANNOT_RUN)

@@ -1,0 +1,352 @@
+"""What a ruff user reaches for (issue 33): suppression comments, per-file-ignores, CI exit codes, the
+machine-readable formats (ruff's flat json, SARIF 2.1.0, github annotations with ranges), selection (ALL,
+--extend-select, --extend-ignore), --show-settings / --show-files, the engine's own codes as rule pages,
+--safe-only; through the library and the real console script."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
+from helpers import CUDA_SCRIPT, ROOT, run_cli
+
+from xla_migrate import migrate
+
+# Two findings (XLA902 for the apex import line 2, XLA103 for the CUDA stream line 5) and CUDA to migrate.
+FINDINGS_SCRIPT = '''import torch
+import apex
+model = torch.nn.Linear(4, 2).cuda()
+y = torch.zeros(2).cuda()
+s = torch.cuda.Stream()
+'''
+
+
+def _codes(records):
+    return sorted((r.line, r.code) for r in records)
+
+
+# Suppressions -----------------------------------------------------------------------------------------------
+def test_noqa_keeps_its_line_and_its_finding_out():
+    plain = migrate(FINDINGS_SCRIPT)
+    assert (3, "XLA101") in _codes(plain.changes) and (5, "XLA103") in _codes(plain.findings)
+    kept = FINDINGS_SCRIPT.replace(".cuda()\ny", ".cuda()  # noqa: XLA101\ny").replace(
+        "Stream()\n", "Stream()  # noqa: XLA103\n")
+    result = migrate(kept)
+    lines = result.code.splitlines()
+    assert "model = torch.nn.Linear(4, 2).cuda()  # noqa: XLA101" in lines  # the line as it is
+    assert "y = torch.zeros(2).to(device)" in lines  # the next line still migrates
+    assert (3, "XLA101") not in [(c.line, c.code) for c in result.changes if c.column > 1]
+    assert (5, "XLA103") not in _codes(result.findings)
+    assert not [f for f in result.findings if f.code == "XLA002"]  # both suppressions were used
+
+
+def test_a_bare_noqa_keeps_every_rule_out_and_other_tools_codes_keep_nothing():
+    bare = migrate(FINDINGS_SCRIPT.replace("import apex\n", "import apex  # noqa\n"))
+    assert (2, "XLA902") not in _codes(bare.findings)
+    flake8 = migrate(FINDINGS_SCRIPT.replace("import apex\n", "import apex  # noqa: F401\n"))
+    assert (2, "XLA902") in _codes(flake8.findings)
+    assert not [f for f in flake8.findings if f.code == "XLA002"]  # F401 is not ours to report
+
+
+def test_unused_and_unknown_noqa_codes_are_reported_as_xla002():
+    script = "import torch\nx = 1  # noqa: XLA501\ny = 2  # noqa:XLA999,E501\n"
+    result = migrate(script)
+    unused = [f for f in result.findings if f.code == "XLA002"]
+    assert [(f.line, f.column) for f in unused] == [(2, 8), (3, 8)]
+    assert "unused suppression `# noqa: XLA501`" in unused[0].message
+    assert "unknown code" in unused[1].message and "XLA999" in unused[1].message
+    assert unused[0].end_column == 8 + len("# noqa: XLA501")
+    assert not [f for f in migrate(script, ignore="XLA002").findings if f.code == "XLA002"]
+    # A rule left out of the run: its noqa is not called unused (ruff's RUF100 does the same).
+    assert not [f for f in migrate(script, select="XLA1").findings if "XLA501" in f.message]
+
+
+def test_skip_file_and_off_on_blocks():
+    skipped = migrate("# xla-migrate: skip-file\n" + FINDINGS_SCRIPT)
+    assert not skipped.changed and skipped.changes == [] and skipped.findings == []
+    block = FINDINGS_SCRIPT.replace("model =", "# xla-migrate: off\nmodel =").replace("y =", "# xla-migrate: on\ny =")
+    result = migrate(block)
+    assert "model = torch.nn.Linear(4, 2).cuda()" in result.code  # inside the block: kept
+    assert "y = torch.zeros(2).to(device)" in result.code  # after it: migrated
+    assert result.changed
+
+
+def test_suppressions_through_the_cli_and_per_file_ignores(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\nper-file-ignores = { "scripts/*.py" = ["XLA9"] }\n')
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "eval.py").write_text(FINDINGS_SCRIPT)
+    (tmp_path / "train.py").write_text(FINDINGS_SCRIPT.replace(".cuda()\ny", ".cuda()  # noqa: XLA101\ny"))
+    tree = run_cli(".", "--check", "--output-format", "json", cwd=tmp_path)
+    data = json.loads(tree.stdout)
+    by_file = {(Path(d["filename"]).as_posix(), d["code"]) for d in data if d["kind"] == "finding"}
+    assert ("scripts/eval.py", "XLA902") not in by_file and ("train.py", "XLA902") in by_file
+    assert ("scripts/eval.py", "XLA103") in by_file  # XLA9 only
+    single = run_cli("scripts/eval.py", "--check", "--output-format", "json", cwd=tmp_path)
+    assert "XLA902" not in {d["code"] for d in json.loads(single.stdout)}
+    train_changes = [d for d in data if d["filename"].endswith("train.py") and d["kind"] == "change"]
+    assert not [d for d in train_changes if d["location"]["row"] == 3 and d["message"].startswith(".cuda()")]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "pyproject.toml").write_text('[tool.xla-migrate]\nper-file-ignores = { "x.py" = ["XLA777"] }\n')
+    (bad / "x.py").write_text(CUDA_SCRIPT)
+    refused = run_cli("x.py", "--check", cwd=bad)
+    assert refused.returncode == 2 and b"unknown rule code or prefix: XLA777" in refused.stderr
+
+
+# CI -----------------------------------------------------------------------------------------------------------
+def test_exit_non_zero_on_findings_flag_and_config(tmp_path):
+    (tmp_path / "train.py").write_text(FINDINGS_SCRIPT)
+    (tmp_path / "clean.py").write_text("import torch\nx = torch.zeros(2)\n")
+    migrated = run_cli("train.py", "--out", "out.py", cwd=tmp_path)
+    assert migrated.returncode == 0  # findings alone do not fail a run by default
+    strict = run_cli("train.py", "--out", "out.py", "--exit-non-zero-on-findings", cwd=tmp_path)
+    assert strict.returncode == 1
+    assert run_cli("clean.py", "--check", "--exit-non-zero-on-findings", cwd=tmp_path).returncode == 0
+    tree = run_cli(".", "--diff", "--exit-non-zero-on-findings", "--extend-exclude", "out.py", cwd=tmp_path)
+    assert tree.returncode == 1
+    (tmp_path / "pyproject.toml").write_text("[tool.xla-migrate]\nexit-non-zero-on-findings = true\n")
+    assert run_cli("train.py", "--out", "out.py", cwd=tmp_path).returncode == 1
+
+
+def test_github_annotations_on_stdout_with_ranges(tmp_path):
+    (tmp_path / "train.py").write_text(FINDINGS_SCRIPT)
+    done = run_cli("train.py", "--check", "--format", "github", cwd=tmp_path)
+    lines = done.stdout.decode().splitlines()
+    stream = [line for line in lines if ",title=XLA103::" in line]
+    assert stream == ["::warning file=train.py,line=5,col=5,endLine=5,endColumn=22,title=XLA103::"
+                      + stream[0].split("::", 2)[2]]
+    assert not any(line.startswith("::") for line in done.stderr.decode().splitlines())
+    refused = run_cli("train.py", "--diff", "--format", "github", cwd=tmp_path)
+    assert refused.returncode == 2 and b"--report PATH" in refused.stderr
+
+
+# Machine-readable formats -----------------------------------------------------------------------------------
+def test_output_format_json_is_rufflike(tmp_path):
+    (tmp_path / "train.py").write_text(FINDINGS_SCRIPT)
+    (tmp_path / "other.py").write_text(CUDA_SCRIPT)
+    done = run_cli(".", "--check", "--output-format", "json", cwd=tmp_path)
+    assert done.returncode == 1
+    data = json.loads(done.stdout)
+    # What a ruff consumer does with ruff's --output-format json.
+    filenames = [d["filename"] for d in data]
+    assert {Path(f).name for f in filenames} == {"train.py", "other.py"}
+    stream = next(d for d in data if d["code"] == "XLA103")
+    assert stream["location"] == {"row": 5, "column": 5} and stream["end_location"] == {"row": 5, "column": 22}
+    assert stream["kind"] == "finding" and stream["fix"]["applicability"] == "manual"
+    assert stream["url"].startswith("xla-migrate rule XLA103")
+    assert {d["kind"] for d in data} == {"finding", "change"}
+    assert set(stream) >= {"filename", "location", "end_location", "code", "message", "fix", "url"}
+    # The nested report is json-report (today's), and the alias --format takes the same names.
+    nested = json.loads(run_cli(".", "--check", "--format", "json-report", cwd=tmp_path).stdout)
+    assert nested["schema"] == "xla-migrate-report" and len(nested["files"]) == 2
+
+
+def _structural_sarif_check(log: dict) -> None:
+    """The parts of SARIF 2.1.0 a code-scanning upload reads, checked without the official schema."""
+    schema = {
+        "type": "object", "required": ["version", "runs"],
+        "properties": {
+            "version": {"const": "2.1.0"},
+            "runs": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["tool", "results"],
+                "properties": {
+                    "tool": {"type": "object", "required": ["driver"], "properties": {"driver": {
+                        "type": "object", "required": ["name", "rules"],
+                        "properties": {"rules": {"type": "array", "items": {
+                            "type": "object", "required": ["id", "shortDescription"]}}}}}},
+                    "results": {"type": "array", "items": {
+                        "type": "object", "required": ["message", "locations", "level"],
+                        "properties": {
+                            "level": {"enum": ["none", "note", "warning", "error"]},
+                            "kind": {"enum": ["notApplicable", "pass", "fail", "review", "open", "informational"]},
+                            "message": {"type": "object", "required": ["text"]},
+                            "locations": {"type": "array", "items": {"type": "object", "properties": {
+                                "physicalLocation": {"type": "object", "required": ["artifactLocation"],
+                                                     "properties": {"region": {"type": "object", "properties": {
+                                                         "startLine": {"type": "integer", "minimum": 1},
+                                                         "startColumn": {"type": "integer", "minimum": 1},
+                                                         "endLine": {"type": "integer", "minimum": 1},
+                                                         "endColumn": {"type": "integer", "minimum": 1}}}}}}}},
+                        }}},
+                }}},
+        },
+    }
+    jsonschema.validate(log, schema)
+
+
+def test_sarif_output_validates(tmp_path):
+    """SARIF 2.1.0: checked structurally here, and against the official OASIS schema when it is in the test
+    cache (~/.cache/xla-migrate/sarif-schema-2.1.0.json, or $XLA_MIGRATE_SARIF_SCHEMA). The schema is not
+    vendored: the sarif-spec repository's licence is the OASIS IPR policy, with no grant that plainly covers
+    shipping the file in another project."""
+    (tmp_path / "train.py").write_text(FINDINGS_SCRIPT)
+    (tmp_path / "bad.py").write_text("import torch\nx = (\n")
+    done = run_cli(".", "--check", "--output-format", "sarif", cwd=tmp_path)
+    assert done.returncode == 2  # bad.py
+    log = json.loads(done.stdout)
+    _structural_sarif_check(log)
+    (run,) = log["runs"]
+    rule_ids = [rule["id"] for rule in run["tool"]["driver"]["rules"]]
+    assert "XLA103" in rule_ids and "XLA101" in rule_ids
+    stream = next(r for r in run["results"] if r.get("ruleId") == "XLA103")
+    assert stream["level"] == "warning" and rule_ids[stream["ruleIndex"]] == "XLA103"
+    assert stream["locations"][0]["physicalLocation"]["region"] == {
+        "startLine": 5, "startColumn": 5, "endLine": 5, "endColumn": 22}
+    assert any(r["level"] == "error" and "bad.py" in r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+               for r in run["results"])
+    official = Path(os.environ.get("XLA_MIGRATE_SARIF_SCHEMA",
+                                   Path.home() / ".cache" / "xla-migrate" / "sarif-schema-2.1.0.json"))
+    if official.is_file():
+        schema = json.loads(official.read_text())
+        jsonschema.validators.validator_for(schema)(schema).validate(log)
+
+
+# Selection ----------------------------------------------------------------------------------------------------
+def test_all_extend_select_and_extend_ignore():
+    every = migrate(FINDINGS_SCRIPT, select="ALL")
+    assert _codes(every.changes) == _codes(migrate(FINDINGS_SCRIPT).changes)
+    assert migrate(FINDINGS_SCRIPT, ignore="ALL").changes == []
+    assert not migrate(FINDINGS_SCRIPT, ignore="ALL").findings
+
+
+def test_extend_options_on_the_command_line_and_in_the_config(tmp_path):
+    (tmp_path / "train.py").write_text(FINDINGS_SCRIPT)
+
+    def codes(*args):
+        done = run_cli("train.py", "--check", "--output-format", "json", *args, cwd=tmp_path)
+        assert done.returncode in (0, 1), done.stderr
+        return {d["code"] for d in json.loads(done.stdout)}
+
+    assert codes("--select", "XLA1") == {"XLA101", "XLA103"}
+    assert codes("--select", "XLA1", "--extend-select", "XLA902") == {"XLA101", "XLA103", "XLA902"}
+    assert "XLA103" not in codes("--extend-ignore", "XLA103")
+    assert codes("--select", "ALL") == codes()
+    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\nselect = ["XLA1"]\nextend-select = ["XLA902"]\n'
+                                             'extend-ignore = ["XLA103"]\n')
+    assert codes() == {"XLA101", "XLA902"}
+    bad = run_cli("train.py", "--check", "--extend-select", "XLA777", cwd=tmp_path)
+    assert bad.returncode == 2 and b"unknown rule code or prefix: XLA777" in bad.stderr
+
+
+def test_show_settings_show_files_and_verbose_config(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\ntarget = "2.9"\nextend-exclude = ["gen/"]\n')
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(CUDA_SCRIPT)
+    (tmp_path / "src" / "notes.txt").write_text("x")
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "made.py").write_text(CUDA_SCRIPT)
+    shown = run_cli(".", "--show-settings", "--safe-only", cwd=tmp_path)
+    assert shown.returncode == 0
+    settings = dict(line.split(" = ", 1) for line in shown.stdout.decode().splitlines())
+    assert json.loads(settings["config"]) == str(tmp_path / "pyproject.toml")
+    assert json.loads(settings["target"]) == "2.9" and json.loads(settings["fix-safety"]) == "safe"
+    assert json.loads(settings["extend-exclude"]) == ["gen/"]
+    files = run_cli(".", "--show-files", cwd=tmp_path)
+    assert files.returncode == 0 and files.stdout.decode().splitlines() == ["src/train.py"]
+    assert (tmp_path / "src" / "train.py").read_text() == CUDA_SCRIPT  # nothing migrated
+    verbose = run_cli("src/train.py", "--check", "-v", cwd=tmp_path)
+    assert f"configuration: {tmp_path / 'pyproject.toml'} [tool.xla-migrate]" in verbose.stderr.decode()
+
+
+def test_underscore_table_is_an_error_not_ignored(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.xla_migrate]\ntarget = "2.9"\n')
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    done = run_cli("train.py", "--check", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.decode().strip().endswith(
+        "[tool.xla_migrate] is not read: the table is [tool.xla-migrate] (a hyphen)")
+
+
+# Codes ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", ["XLA000", "XLA001", "XLA002", "XLA003"])
+def test_engine_codes_are_rule_pages(code, tmp_path):
+    page = run_cli("rule", code, cwd=tmp_path)
+    assert page.returncode == 0 and page.stdout.decode().startswith(f"# {code} ")
+    assert (ROOT / "docs" / "rules" / f"{code}.md").is_file()
+    assert code in run_cli("--list-rules", cwd=tmp_path).stdout.decode()
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    for option in ("--ignore", "--select"):
+        assert run_cli("train.py", "--check", option, code, cwd=tmp_path).returncode in (0, 1)
+
+
+def test_ignoring_an_engine_code_drops_its_findings(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch\nx = torch.zeros(2).cuda()"),
+                nbformat.v4.new_code_cell("y = torch.zeros(2).cuda(\nz = (1,")]
+    nbformat.write(nb, str(tmp_path / "nb.ipynb"))
+    found = json.loads(run_cli("nb.ipynb", "--check", "--output-format", "json", cwd=tmp_path).stdout)
+    assert [(d["code"], d["cell"]) for d in found if d["kind"] == "finding"] == [("XLA001", 2)]
+    ignored = json.loads(run_cli("nb.ipynb", "--check", "--output-format", "json", "--ignore", "XLA001",
+                                 cwd=tmp_path).stdout)
+    assert not [d for d in ignored if d["code"] == "XLA001"]
+
+
+# --safe-only ------------------------------------------------------------------------------------------------
+def test_safe_only_edits_with_safe_rules_and_reports_the_others(tmp_path):
+    script = "import torch\nx = torch.zeros(2).cuda()\ntorch.cuda.synchronize()\n"
+    result = migrate(script, fix_safety="safe")
+    assert "x = torch.zeros(2).to(device)" in result.code and "torch.cuda.synchronize()" in result.code
+    (reported,) = [f for f in result.findings if f.code == "XLA102"]
+    assert reported.message.startswith("not applied (fix safety: review)") and reported.line == 3
+    assert "xm.wait_device_ops()" in migrate(script).code
+    with pytest.raises(ValueError, match="fix_safety"):
+        migrate(script, fix_safety="unsafe")
+    (tmp_path / "t.py").write_text(script)
+    done = run_cli("t.py", "--out", "-", "--safe-only", cwd=tmp_path)
+    assert b"torch.cuda.synchronize()" in done.stdout and b"XLA102 not applied" in done.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\nfix-safety = "safe"\n')
+    assert b"torch.cuda.synchronize()" in run_cli("t.py", "--out", "-", cwd=tmp_path).stdout
+    (tmp_path / "pyproject.toml").write_text('[tool.xla-migrate]\nfix-safety = "some"\n')
+    assert run_cli("t.py", "--out", "-", cwd=tmp_path).returncode == 2
+
+
+# Completion, --verify --python, verify --help ---------------------------------------------------------------
+def test_shell_completion_through_typer(tmp_path):
+    for instruction in ("bash_source", "source_bash"):  # click's order, and typer's
+        script = run_cli(cwd=tmp_path, env={"_XLA_MIGRATE_COMPLETE": instruction})
+        assert script.returncode == 0 and b"_xla_migrate_completion()" in script.stdout
+    completed = run_cli(cwd=tmp_path, env={"_XLA_MIGRATE_COMPLETE": "bash_complete",
+                                          "COMP_WORDS": "xla-migrate --output-f", "COMP_CWORD": "1"})
+    assert completed.stdout.decode().split() == ["--output-format"]
+    assert b"--install-completion" in run_cli("--help", cwd=tmp_path).stdout
+
+
+def test_verify_takes_python_and_its_help_has_no_type_tags(tmp_path):
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)
+    done = run_cli("train.py", "--out", "train_xla.py", "--verify", "--python", str(tmp_path / "nope"), cwd=tmp_path)
+    assert done.returncode == 2 and (tmp_path / "train_xla.py").is_file()
+    assert done.stderr.decode().splitlines()[-1] == f"error: --python {tmp_path / 'nope'}: no such interpreter"
+    alone = run_cli("train.py", "--out", "other.py", "--python", "python3", cwd=tmp_path)
+    assert alone.returncode == 2 and b"pass --verify too" in alone.stderr and not (tmp_path / "other.py").exists()
+    help_text = run_cli("verify", "--help", cwd=tmp_path).stdout.decode()
+    assert help_text.startswith("Usage: xla-migrate verify [OPTIONS] SCRIPT [-- SCRIPT ARGS...]\n")
+    assert "<str>" not in help_text and "<list" not in help_text and "{SCRIPT}" not in help_text
+
+
+# Notebooks: CUDA in IPython lines -----------------------------------------------------------------------------
+def test_cuda_in_magics_and_shell_lines_is_reported_with_cell_and_line(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch\nx = torch.zeros(2).cuda()\n%timeit torch.cuda.synchronize()"),
+                nbformat.v4.new_markdown_cell("text"),
+                nbformat.v4.new_code_cell("!nvidia-smi\n!ls"),
+                nbformat.v4.new_code_cell("%%bash\necho hi\nnvidia-smi -L")]
+    nbformat.write(nb, str(tmp_path / "nb.ipynb"))
+    data = json.loads(run_cli("nb.ipynb", "--check", "--output-format", "json", cwd=tmp_path).stdout)
+    found = [(d["cell"], d["location"]["row"], d["location"]["column"]) for d in data if d["code"] == "XLA003"]
+    assert found == [(1, 3, 15), (3, 1, 2), (4, 3, 1)]
+    text = run_cli("nb.ipynb", "--check", cwd=tmp_path).stderr.decode()
+    assert "nb.ipynb:cell 3:line 1: XLA003 CUDA in an IPython line" in text and "`!nvidia-smi`" in text
+    # A notebook with CUDA only in shell lines is still reported; --ignore XLA003 drops them.
+    nb.cells = nb.cells[2:]
+    nbformat.write(nb, str(tmp_path / "shell.ipynb"))
+    shell = run_cli("shell.ipynb", "--check", "--exit-non-zero-on-findings", cwd=tmp_path)
+    assert shell.returncode == 1 and shell.stderr.decode().count(": XLA003 ") == 2
+    quiet = run_cli("shell.ipynb", "--check", "--exit-non-zero-on-findings", "--ignore", "XLA003", cwd=tmp_path)
+    assert quiet.returncode == 0 and b"XLA003" not in quiet.stderr
