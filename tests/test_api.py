@@ -40,8 +40,6 @@ def test_unknown_target_or_form_raises_as_a_bad_selection_does():
         migrate(CUDA_SCRIPT, target="0.1")
     with pytest.raises(ValueError, match="data_parallel=bogus: unknown form"):
         migrate(CUDA_SCRIPT, data_parallel="bogus")
-    with pytest.raises(ValueError, match="data_parallel=ddp needs torch_xla 2.1"):
-        migrate(CUDA_SCRIPT, target="sagemaker", data_parallel="ddp")
     with pytest.raises(ValueError, match="unknown rule code"):
         migrate(CUDA_SCRIPT, select="XLA999")
 

@@ -110,7 +110,9 @@ def test_a_notebook_migrates_as_one_program(tmp_path, target):
     after = nbformat.read(str(path), as_version=4)
     nbformat.validate(after)
     cells = [cell.source for cell in after.cells[1:]]
-    script = migrate("\n".join(s.replace("%%time\n", "") for s in SPLIT_CELLS) + "\n", target=target)
+    # (XLA315's compile cache is for scripts: a notebook's kernel outlives one run, so it is left out there.)
+    script = migrate("\n".join(s.replace("%%time\n", "") for s in SPLIT_CELLS) + "\n", target=target,
+                     ignore="XLA315" if target == "2.9" else None)
     joined = "\n".join(c.replace("%%time\n", "") for c in cells) + "\n"
     assert joined == script.code  # the same program, cut at the same places
     assert not any('"cuda"' in c or ".cuda()" in c or "opt.step()" in c or "torch.save" in c for c in cells)

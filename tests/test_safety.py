@@ -240,7 +240,7 @@ def test_a_name_that_is_not_utf8_works_with_every_output(tmp_path):
     done = run_cli(name, "--diff", cwd=tmp_path, env={"NO_COLOR": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(b'diff --git "a/bad\\377.py" "b/bad\\377.py"\n')
-    done = run_cli(name, "--check", "--format", "json", cwd=tmp_path)
+    done = run_cli(name, "--check", "--format", "json-report", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["files"][0]["path"] == name
     done = run_cli(name, "--check", "--report", "r.json", cwd=tmp_path)

@@ -49,7 +49,7 @@ from xla_migrate.syntax import patterns
 
 CACHE_FOLDER = "~/.cache/xla_compile"
 INITIALIZE_CACHE = "torch_xla.runtime.initialize_cache"
-_NOTEBOOK_CELL = "# xla-migrate:cell "
+_NOTEBOOK_CELL = "# xla-migrate:cell"
 _COMMENT = "# Persistent compilation cache: later runs of the program reuse the compiled graphs."
 
 
