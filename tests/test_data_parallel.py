@@ -546,3 +546,42 @@ def test_nothing_reads_the_xla_runtime_before_the_spawn():
             "    # The XLA launcher starts one process per XLA device: the launcher's count was CUDA's (0 here).\n"
             "    ngpus_per_node = xr.world_size()\n") in result.code
     assert "torch_xla.launch(worker, args=(ngpus_per_node, world_size, 256))" in result.code
+
+
+def test_module_under_the_scripts_own_flag_goes_with_the_wrapper():
+    """hifi-gan's shape: `model = DistributedDataParallel(model, ...).to(device)` under `if num_gpus > 1:` and
+    `(model.module if num_gpus > 1 else model).state_dict()` at the checkpoint: the xm form has no wrapper, so
+    both branches are the model; the broadcast goes after the wrapper's assignment (after the move)."""
+    source = textwrap.dedent('''\
+        import torch
+        import torch.multiprocessing as mp
+        from torch.distributed import init_process_group
+        from torch.nn.parallel import DistributedDataParallel
+
+
+        def train(rank, num_gpus):
+            if num_gpus > 1:
+                init_process_group(backend="nccl", init_method="tcp://localhost:54321", world_size=num_gpus, rank=rank)
+            device = torch.device("cuda:{:d}".format(rank))
+            model = torch.nn.Linear(4, 1).to(device)
+            if num_gpus > 1:
+                model = DistributedDataParallel(model, device_ids=[rank]).to(device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            for step in range(5):
+                loss = model(torch.randn(8, 4, device=device)).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            torch.save({"model": (model.module if num_gpus > 1 else model).state_dict()}, "g.pt")
+
+
+        if __name__ == "__main__":
+            mp.spawn(train, nprocs=2, args=(2,))
+        ''')
+    code = migrate(source, target="sagemaker", data_parallel="xm").code
+    assert "xm.save({\"model\": (model).state_dict()}, \"g.pt\")" in code and ".module" not in code
+    assert ("        model = model.to(device)\n"
+            "        # Every replica starts from ordinal 0's weights and buffers, as DDP broadcast them when it wrapped the model.\n"
+            "        for tensor in [*model.parameters(), *model.buffers()]:\n"
+            "            xm.collective_broadcast([tensor], root_ordinal=0)\n") in code
+    assert migrate(source, target="sagemaker").data_parallel == "xm"

@@ -94,6 +94,7 @@ class _Collector(ast.NodeVisitor):
     own_reductions: list[Site] = field(default_factory=list)
     collectives_without_xm: list[Site] = field(default_factory=list)
     _names: list[str] = field(default_factory=list)
+    _plain_wraps: set = field(default_factory=set)
     _grad_functions: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -118,11 +119,13 @@ class _Collector(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        if isinstance(node.value, ast.Call) and _is_ddp(node.value) and len(node.targets) == 1:
-            self.ddp_wraps.append((self._site(node.value, "DistributedDataParallel(...)"), True))
-            for argument in [*node.value.args, *(k.value for k in node.value.keywords)]:
-                self.visit(argument)
-            return
+        # x = DDP(x, ...), or a method chain on it (x = DDP(x, ...).to(device)): the xm form broadcasts after it
+        wrapper = node.value
+        while isinstance(wrapper, ast.Call) and not _is_ddp(wrapper) and isinstance(wrapper.func, ast.Attribute):
+            wrapper = wrapper.func.value
+        if isinstance(wrapper, ast.Call) and _is_ddp(wrapper) and len(node.targets) == 1:
+            self.ddp_wraps.append((self._site(wrapper, "DistributedDataParallel(...)"), True))
+            self._plain_wraps.add(wrapper)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -139,7 +142,7 @@ class _Collector(ast.NodeVisitor):
             self.updates.append(self._site(node, _short(node)))
         elif last in OPTIMIZER_CLASSES:
             self.optimizers.append(self._site(node, _short(node)))
-        elif _is_ddp(node):
+        elif _is_ddp(node) and node not in self._plain_wraps:
             self.ddp_wraps.append((self._site(node, "DistributedDataParallel(...)"), False))
         elif last in _GRAD_HOOKS:
             self.own_reductions.append(self._site(node, _short(node)))
