@@ -82,7 +82,9 @@ class PersistentCompileCache(Rule):
     def _entry(self) -> bool:
         ctx = self.ctx
         if ctx.project is not None:
-            return ctx.project.is_entry
+            # An entry file no other module imports: a module imported late (inside a function, after the
+            # first computation) would call it too late, and torch_xla refuses that.
+            return ctx.project.is_entry and not ctx.project.index.importers(ctx.project.rel)
         return ctx.facts.main_guard is not None or any(s.function is None for s in ctx.steps.loops.values())
 
     def _calls(self, node: cst.Module) -> list[cst.Call]:

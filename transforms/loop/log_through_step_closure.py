@@ -180,7 +180,8 @@ class LogThroughStepClosure(Rule):
         replaced in the closure's body by its parameter."""
         ctx = self.ctx
         tensors = ctx.steps.tensor_names(region)
-        host = [value for call in calls for value in closure_args.host_values(ctx, call, tensors)]
+        host = [value for call in calls for value in closure_args.host_values(ctx, call, tensors)
+                if not any(n.value in exclude for n in loaded_names(value))]  # ``f.name`` of ``with ... as f``
         inside = {id(n) for value in host for n in patterns.find_all(value, lambda n: isinstance(n, cst.Name))}
         still_used = {n.value for node in scanned for n in loaded_names(node) if id(n) not in inside}
         captured = [n for n in steps.captured_names(ctx, scanned, region, exclude=exclude) if n in still_used]

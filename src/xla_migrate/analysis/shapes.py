@@ -126,6 +126,8 @@ def device_corpora(ctx: MigrationContext) -> list[DeviceCorpus]:
     if not producers:
         return []
     corpus_names = _names_bound_to(ctx, set(producers))
+    if not _only_sliced_elsewhere(ctx, corpus_names):
+        return []  # the corpus is used on the device directly: it has to stay there (XLA312 reports the slices)
     found: list[DeviceCorpus] = []
     for name, function in functions.items():
         params = [p.name.value for p in function.params.params]
@@ -140,6 +142,20 @@ def device_corpora(ctx: MigrationContext) -> list[DeviceCorpus]:
         for producer, move in producers.values():
             found.append(DeviceCorpus(producer, move, function, slices, returned))  # type: ignore[arg-type]
     return found
+
+
+def _only_sliced_elsewhere(ctx: MigrationContext, names: set[str]) -> bool:
+    """Every use of the corpus names hands them to a function (the batch function, or one that passes them on)
+    or asks their size (``len(x)``, ``x.size(0)``, ``x.shape``): nothing computes with them on the device."""
+    for name in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Name) and n.value in names):
+        parent = ctx.parent(name)
+        if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.Arg) and parent.value is name):
+            continue
+        if isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in ("size", "shape",
+                                                                                              "dim", "ndim"):
+            continue
+        return False
+    return True
 
 
 def _device_argument(call: cst.Call) -> bool:

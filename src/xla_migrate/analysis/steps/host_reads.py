@@ -12,7 +12,7 @@ import libcst as cst
 
 from ...syntax import patterns
 from .kinds import CALL, Loop, Region, StepLoop
-from .reads import APPENDS, appends_to_log, inside, is_logging_call, mentions, reads
+from .reads import APPENDS, appends_to_log, inside, is_logging_call, mentions, plain_read, reads
 
 if TYPE_CHECKING:
     from ...engine.context import MigrationContext
@@ -372,6 +372,8 @@ class _HostReadPlan:
             kinds = tuple(_read_kind(ctx, r) for r in found)
             if any(k is None for k in kinds) or not all(self._arithmetic_up_to(r, node.value) for r in found):
                 continue
+            if all(plain_read(r) for r in found) and model.after_step_end(node, Region(step)):
+                continue  # after the barrier a read of a computed value is free: deferring it would not be
             logged = self._only_logged(target, step.loop)
             if logged is not None:
                 planned.append(LoggedRead(node, target.value, tuple(found), kinds, step.loop,  # type: ignore[arg-type]

@@ -93,6 +93,23 @@ def reads(ctx: MigrationContext, node: cst.CSTNode, names: set[str]) -> list[cst
     return finder.found
 
 
+def plain_read(read: cst.CSTNode) -> bool:
+    """``loss.item()``, ``float(out.loss)``, ``losses[k].item()``: a read of a value, not of a computation (after
+    the step's barrier it copies a result, where ``x.mean().item()`` runs one more graph)."""
+    if isinstance(read, cst.Call):
+        if isinstance(read.func, cst.Attribute) and read.func.attr.value in READ_METHODS:
+            value = read.func.value
+        elif len(read.args) == 1:
+            value = read.args[0].value
+        else:
+            return False
+    else:
+        value = read
+    while isinstance(value, (cst.Attribute, cst.Subscript)):
+        value = value.value
+    return isinstance(value, cst.Name)
+
+
 def may_read(node: cst.Call) -> bool:
     """A cheap test before ``reads``: a read method, or a call of something named float/int/bool."""
     func = node.func

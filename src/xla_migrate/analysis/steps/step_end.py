@@ -28,6 +28,7 @@ import libcst as cst
 
 from ...syntax import patterns
 from . import kinds, reads
+from .reads import plain_read
 from .collect import is_model_name
 from .kinds import BarrierSite, Region
 
@@ -237,23 +238,7 @@ def _before_first_read(model: StepModel, step: StepLoop) -> BarrierSite | None:
             # Only when the reads copy values computed before (``loss.item()``): a read that computes
             # (``criterion(out, y).item()``) runs its own graph after a barrier placed before it.
             found = looker.staying_reads(statement)
-            if not found or looker._other_reads(statement) or not all(_plain(r) for r in found):  # noqa: SLF001
+            if not found or looker._other_reads(statement) or not all(plain_read(r) for r in found):  # noqa: SLF001
                 return None
             return BarrierSite(statements[index - 1], body, False, before_read=True)
     return None
-
-
-def _plain(read: cst.CSTNode) -> bool:
-    """``loss.item()``, ``float(out.loss)``, ``losses[k].item()``: a read of a value, not of a computation."""
-    if isinstance(read, cst.Call):
-        if isinstance(read.func, cst.Attribute) and read.func.attr.value in kinds.READ_METHODS:
-            value = read.func.value
-        elif len(read.args) == 1:
-            value = read.args[0].value
-        else:
-            return False
-    else:
-        value = read
-    while isinstance(value, (cst.Attribute, cst.Subscript)):
-        value = value.value
-    return isinstance(value, cst.Name)
