@@ -146,6 +146,12 @@ _SEEDS = {
     # same graph everywhere), then all-reduces them. In torch_xla since 1.13.0 (pytorch/xla #3952; 1.12 has
     # none), done the same way through 2.9.
     "collective_broadcast": Spelling("{xm}.collective_broadcast"),
+    # The XLA device as a plain value: names the device without starting the runtime, so it may be built
+    # before the launcher (module level, default arguments, decorators) and chosen by an option ("xla").
+    "lazy_device": Spelling('{torch}.device("xla")'),
+    "device_type": Spelling('"xla"'),
+    # Device memory figures (a dict; PJRT CPU has none: it raises).
+    "memory_info": Spelling("{xm}.get_memory_info({0})"),
 }
 
 _CURRENT = {
@@ -162,6 +168,9 @@ _CURRENT = {
     # The ddp form: torch.distributed on torch_xla's process group (``import torch_xla.distributed.xla_backend``
     # registers the "xla" backend and the xla:// init method, both 2.1+). Only targets of 2.1 or later have it.
     "xla_process_group": Spelling('"xla", init_method="xla://"', since=(2, 1)),
+    # torch_xla's dynamo backend for torch.compile (2.1+; the 1.13 generation had "torchxla_trace_once", so
+    # the sagemaker target drops torch.compile instead).
+    "dynamo_backend": Spelling('"openxla"', since=(2, 1)),
 }
 del _CURRENT["grad_scaler"]
 
