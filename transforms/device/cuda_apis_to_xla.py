@@ -11,7 +11,10 @@ What it does:
       ``start.elapsed_time(end)`` -> ``(end - start) * 1000`` (milliseconds, as before). An event used any
       other way is left (XLA103 reports it).
     - ``torch.cuda.manual_seed(s)`` / ``torch.cuda.manual_seed_all(s)`` -> ``xm.set_rng_state(s)`` (once where
-      the two follow each other with the same seed).
+      the two follow each other with the same seed). In the launcher process (a function, or the module,
+      that starts the workers with ``mp.spawn`` / ``xmp.spawn`` / ``torch_xla.launch``) the call is removed
+      instead: the XLA generator belongs to each worker, and seeding it there would start the runtime
+      before the launch ("Runtime is already initialized").
     - ``torch.cuda.get_device_name(...)`` -> ``xm.xla_device_hw(device)`` (``"TPU"``, ``"GPU"``, ``"CPU"``).
     - ``x.pin_memory()`` -> ``x``: pinned host memory needs CUDA (without it the call fails), and the XLA
       transfer does not use it. Left alone, and reported, in a script that defines its own ``pin_memory``
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate.analysis.facts import MP_SPAWN
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 
@@ -72,6 +76,7 @@ CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.process_time
 _EVENT_METHODS = ("record", "elapsed_time", "synchronize", "wait", "query")
 DEVICE_NAME = ("torch.cuda.get_device_name",)
 FLAG_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
+LAUNCHERS = (*MP_SPAWN, "torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")
 
 class CudaApisToXla(Rule):
     code = "XLA102"
@@ -146,6 +151,11 @@ class CudaApisToXla(Rule):
                 return
             seed = args[0].value
             statement = self._statement_of(node)
+            if statement is not None and self._launches(node):
+                self.remove(statement, f"removed {self._short(node)}: this process launches the workers, which "
+                            "own the XLA device and its generator")
+                self._may_free_imports(node.func)
+                return
             if statement is not None and self._seeded_just_before(statement, seed):
                 # `torch.cuda.manual_seed(s)` then `torch.cuda.manual_seed_all(s)`: XLA's is seeded once.
                 self.remove(statement, f"removed {self._short(node)}: the line before seeds the XLA generator")
@@ -274,6 +284,14 @@ class CudaApisToXla(Rule):
                 if method is not None and patterns.dotted_name(method.value) in events:
                     return True
         return False
+
+    def _launches(self, node: cst.CSTNode) -> bool:
+        """``node``'s function (or the module) starts worker processes."""
+        scope = self.ctx.function_scope(node)
+        owner = getattr(scope, "node", self.ctx.module)
+        return bool(patterns.find_all(owner, lambda n: isinstance(n, cst.Call) and n is not node
+                                      and self.ctx.is_call_to(n, *LAUNCHERS)
+                                      and self.ctx.function_scope(n) is scope))
 
     def _seeded_just_before(self, statement: cst.BaseSmallStatement, seed: cst.BaseExpression) -> bool:
         """The statement before ``statement`` (in its line or its block) seeds CUDA with the same seed."""

@@ -176,6 +176,9 @@ class CudaGates(Rule):
         while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.BaseStatement)):
             if isinstance(current, cst.FormattedStringExpression) and current.equal is not None:
                 return True  # f"{torch.cuda.is_available()=}" prints its own text: left (XLA900 reports it)
+            # A device conditional whose test keeps a user's part: XLA101 keeps the test, folded here.
+            if isinstance(current, cst.IfExp) and self._kept_choice(current):
+                return False
             # Left to XLA101 / the AMP rules: whole CUDA device expressions and device-type choices.
             if is_cuda_device_expr(current, self.ctx.qualnames) and not isinstance(current, cst.Comparison):
                 return True
@@ -184,6 +187,13 @@ class CudaGates(Rule):
                 return True
             current = self.ctx.parent(current)
         return False
+
+    def _kept_choice(self, node: cst.IfExp) -> bool:
+        """``"cuda" if use_gpu and torch.cuda.is_available() else "cpu"`` (also inside ``torch.device(...)``):
+        XLA101 keeps the test, whose user part still chooses the CPU."""
+        return (is_cuda_device_expr(node.body, self.ctx.qualnames)
+                and not is_cuda_device_expr(node.orelse, self.ctx.qualnames)
+                and self.ctx.device_flow.residue(node.test) is not None)
 
     # Flags: names and attributes bound to a gate ---------------------------------------------------------------
     def _flag_uses(self, positive: dict[cst.CSTNode, bool]) -> list[tuple[cst.BaseExpression, bool]]:
@@ -256,13 +266,45 @@ class CudaGates(Rule):
             decided.append((node, choice, pure, (dropped, left_out)))
         # A flag's use that keeps the user's part is not a constant: it is no operand to combine with.
         self._values = {node: choice for node, choice, pure, _ in decided if pure is not False or not choice}
+        live = {node for node, choice, pure, _ in decided if pure is None and choice == positive.get(node)
+                and self._tests_a_chosen_device(node)}
+        for node in live:
+            self._values.pop(node, None)  # a run-time test: no operand to combine with
         for node, choice, pure, (dropped, left_out) in sorted(decided, key=lambda d: self.ctx.position(d[0])):
             if pure is not None and choice:
                 continue  # a flag's use stays: the flag holds its value on XLA
             if dropped:
                 self._report_dropped(node, dropped, left_out)
-            if not self._inside_done(node):
+            if node in live:
+                self._test_for_xla(node)
+            elif not self._inside_done(node):
                 self._fold(node, choice, node)
+
+    def _compared(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+        """(the device expression a comparison or ``startswith`` tests, the ``"cuda"`` literal), else None."""
+        if isinstance(node, cst.Comparison):
+            right = node.comparisons[0].comparator
+            if patterns.is_cuda_string(node.left):
+                return right, node.left
+            return node.left, right
+        method = patterns.method_call(node, "startswith")
+        if method is not None:
+            return method.value, patterns.positional(node)[0].value
+        return None
+
+    def _tests_a_chosen_device(self, node: cst.BaseExpression) -> bool:
+        """The test compares a device the user chooses (an option, a conditional that keeps the CPU, a
+        tensor's device): it stays a run-time test, of XLA."""
+        compared = self._compared(node)
+        return compared is not None and patterns.string_value(compared[1]) is not None and \
+            self.ctx.device_flow.cpu_capable(compared[0])
+
+    def _test_for_xla(self, node: cst.BaseExpression) -> None:
+        device, literal = self._compared(node)
+        value = self.ctx.spell("device_type")
+        quote = "'" if isinstance(literal, cst.SimpleString) and literal.value.startswith("'") else '"'
+        self.replace(literal, cst.SimpleString(value.replace('"', quote)),
+                     f"{_short(node)}: tests for {value} (the device is chosen at run time and may be the CPU)")
 
     def _depth(self, node: cst.CSTNode) -> int:
         depth, current = 0, self.ctx.parent(node)
@@ -390,6 +432,12 @@ class CudaGates(Rule):
         branch = node.body if value else (orelse.body if isinstance(orelse, cst.Else) else None)
         self._done.add(node)
         quiet = not isinstance(node.body, cst.IndentedBlock) or node.body.header.comment is None
+        if value and isinstance(self.ctx.parent(node), cst.If) and self.ctx.parent(node).orelse is node:
+            # `elif <always>:` -> `else:`
+            self.replace(node, lambda u: cst.Else(body=u.body, leading_lines=u.leading_lines,
+                                                  whitespace_before_colon=u.whitespace_after_test),
+                         f"elif {text}: {value} on XLA, it becomes the else")
+            return
         if in_block and quiet and not value and orelse is None:
             self.remove(node, f"removed if {text}: never taken on XLA")
             return

@@ -27,7 +27,7 @@ _MEMORY = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_m
            "max_memory_cached", "memory_stats", "memory_stats_as_nested_dict", "memory_summary", "memory_snapshot",
            "mem_get_info", "list_gpu_processes", "utilization", "memory_usage", "temperature", "power_draw",
            "caching_allocator_alloc", "set_per_process_memory_fraction")
-_QUERIES = ("get_device_properties", "get_device_capability", "current_device", "get_arch_list",
+_QUERIES = ("device_count", "get_device_properties", "get_device_capability", "current_device", "get_arch_list",
             "is_bf16_supported", "device_of", "get_rng_state", "get_rng_state_all", "set_rng_state",
             "set_rng_state_all", "comm", "nccl", "jiterator", "tunable", "can_device_access_peer", "cudart")
 LEGACY_TYPES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",

@@ -147,8 +147,10 @@ _SEEDS = {
     # none), done the same way through 2.9.
     "collective_broadcast": Spelling("{xm}.collective_broadcast"),
     # The XLA device as a plain value: names the device without starting the runtime, so it may be built
-    # before the launcher (module level, default arguments, decorators) and chosen by an option ("xla").
-    "lazy_device": Spelling('{torch}.device("xla")'),
+    # before the launcher (module level, default arguments, decorators). Each PJRT process's device is
+    # xla:0; the index keeps it valid where torch_xla asks for one (xm.xla_device_hw, torch_xla.amp.autocast).
+    # A device option's value is the type alone ("xla", device_type), as a user types it.
+    "lazy_device": Spelling('{torch}.device("xla:0")'),
     "device_type": Spelling('"xla"'),
     # Device memory figures (a dict; PJRT CPU has none: it raises).
     "memory_info": Spelling("{xm}.get_memory_info({0})"),
