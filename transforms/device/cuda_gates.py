@@ -268,6 +268,7 @@ class CudaGates(Rule):
         self._values = {node: choice for node, choice, pure, _ in decided if pure is not False or not choice}
         live = {node for node, choice, pure, _ in decided if pure is None and choice == positive.get(node)
                 and self._tests_a_chosen_device(node)}
+        folded = {node for node, choice, pure, _ in decided if node not in live and (pure is None or not choice)}
         for node in live:
             self._values.pop(node, None)  # a run-time test: no operand to combine with
         for node, choice, pure, (dropped, left_out) in sorted(decided, key=lambda d: self.ctx.position(d[0])):
@@ -279,6 +280,20 @@ class CudaGates(Rule):
                 self._test_for_xla(node)
             elif not self._inside_done(node):
                 self._fold(node, choice, node)
+        self._forget_findings_in(off | folded)
+
+    def _forget_findings_in(self, left_out: set[cst.CSTNode]) -> None:
+        """XLA103's reports of code that a decided test leaves out of the output: it is gone (a dropped CUDA
+        path is reported here, with what it needed)."""
+        ranges = [r for r in (self.ctx.code_range(node) for node in left_out) if r is not None]
+        if not ranges:
+            return
+
+        def inside(finding) -> bool:
+            return any((r.start.line, r.start.column) <= (finding.line, finding.column - 1) <= (r.end.line, r.end.column)
+                       for r in ranges)
+
+        self.ctx.findings = [f for f in self.ctx.findings if f.code != "XLA103" or not inside(f)]
 
     def _compared(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
         """(the device expression a comparison or ``startswith`` tests, the ``"cuda"`` literal), else None."""

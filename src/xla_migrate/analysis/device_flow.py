@@ -10,7 +10,8 @@ starts no runtime, so it may be read before the launcher), and ``--device cpu`` 
 option (or a name bound to one, or ``torch.device`` of one), a device conditional whose test keeps a user's
 part after its CUDA gates are folded (``"cuda" if use_cuda else "cpu"`` with ``use_cuda = not args.no_cuda
 and torch.cuda.is_available()``), a tensor's ``.device``. Device loaders wrap a loader only when the device
-is XLA at run time there, and CUDA comparisons of such a device test for XLA instead of being folded.
+cannot be the CPU there (``may_be_cpu_at``: elsewhere the step barrier marks the step on either device),
+and CUDA comparisons of such a device test for XLA instead of being folded.
 
 ``residue(test)``: what remains of a test once its CUDA gates are True (None when nothing does), for the
 conditionals above.
@@ -129,6 +130,22 @@ class DeviceFlow:
             if isinstance(first, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
                 return False
             return self.cpu_capable(first) or patterns.dotted_name(first) is not None
+        return False
+
+    def may_be_cpu_at(self, node: cst.CSTNode) -> bool:
+        """The device variable code at ``node`` would use (``ctx.device_reference``'s choice: the innermost
+        scope's device names, else the instance's device) may be the CPU at run time."""
+        if not self.cpu_spellings and not self.option_dests:
+            return False
+        ctx = self.ctx
+        for scope in ctx.visible_scopes(node):
+            names = set(ctx.facts.device_names.get(scope, set()))
+            if names:
+                return any(name in self.cpu_spellings for name in names)
+        function = getattr(ctx.function_scope(node), "node", None)
+        for cls, attribute in ctx.facts.class_device_attrs.items():
+            if function is not None and function in patterns.find_all(cls, lambda n: n is function):
+                return f"self.{attribute}" in self.cpu_spellings
         return False
 
     def residue(self, test: cst.BaseExpression) -> list[cst.BaseExpression] | None:
