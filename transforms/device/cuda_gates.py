@@ -253,7 +253,9 @@ class CudaGates(Rule):
         candidates.sort(key=lambda c: -self._depth(c[0]))
         checker = CudaOnly(self.ctx)
         tentative: dict[cst.CSTNode, bool] = dict(positive)
-        off: set[cst.CSTNode] = set()
+        # What a decided test leaves out of the output, and the tests themselves (folded away): neither is
+        # code an outer test turns on.
+        off: set[cst.CSTNode] = {node for node, _, _ in candidates}
         decided: list[tuple[cst.BaseExpression, bool, bool | None, tuple[list, list]]] = []
         for node, value, pure in candidates:
             choice, dropped = self._decide(node, value, tentative, off, checker)
@@ -280,7 +282,7 @@ class CudaGates(Rule):
                 self._test_for_xla(node)
             elif not self._inside_done(node):
                 self._fold(node, choice, node)
-        self._forget_findings_in(off | folded)
+        self._forget_findings_in((off - {node for node, _, _ in candidates}) | folded)
 
     def _forget_findings_in(self, left_out: set[cst.CSTNode]) -> None:
         """XLA103's reports of code that a decided test leaves out of the output: it is gone (a dropped CUDA
