@@ -44,9 +44,15 @@ TORCH_SAVE = ("torch.save", "torch.serialization.save")
 # xm.save(data, file_or_path, master_only=True, global_master=False)
 _ACCEPTED = 2
 _RANK_TEST = re.compile(r"rank|ordinal|master|is_main|main_process", re.IGNORECASE)
-# Names that hold a module or an optimizer object (a checkpoint of whole objects).
-_OBJECT_NAME = re.compile(r"(^|_)(model|net|network|module|encoder|decoder|generator|discriminator|backbone|"
-                          r"optimizer|optim|opt|critic|actor|policy)s?(_|$|\d)", re.IGNORECASE)
+# Names that hold a module or an optimizer object (a checkpoint of whole objects): the last word of the name
+# (``model``, ``ema_model``, ``decoder_optimizer``; not ``model_args`` or ``model_data``), or ``netG``.
+_OBJECT_WORDS = {"model", "models", "net", "network", "module", "encoder", "decoder", "generator", "discriminator",
+                 "backbone", "optimizer", "optimizers", "optim", "opt", "critic", "actor", "policy"}
+_NET_NAME = re.compile(r"^(net|model)[A-Z0-9]")
+
+
+def _object_name(name: str) -> bool:
+    return name.lower().rsplit("_", 1)[-1] in _OBJECT_WORDS or bool(_NET_NAME.match(name))
 
 
 class TorchSaveToXmSave(Rule):
@@ -107,7 +113,7 @@ class TorchSaveToXmSave(Rule):
         first = patterns.positional(node)
         obj = first[0].value if first else getattr(patterns.keyword(node, "obj"), "value", None)
         values = [obj] if obj is not None else []
-        if isinstance(obj, cst.Name) and not _OBJECT_NAME.search(obj.value):
+        if isinstance(obj, cst.Name) and not _object_name(obj.value):
             values = [v for v in bound_values(self.ctx, obj) if v is not None]
         found: list[str] = []
         for value in values:
@@ -115,7 +121,7 @@ class TorchSaveToXmSave(Rule):
                 value, cst.Dict) else [value]
             for element in elements:
                 spelling = patterns.dotted_name(element)
-                if spelling is not None and _OBJECT_NAME.search(spelling.rsplit(".", 1)[-1]):
+                if spelling is not None and _object_name(spelling.rsplit(".", 1)[-1]):
                     found.append(spelling)
         return found
 

@@ -158,9 +158,18 @@ class DeviceFlow:
         return None if known is not None else residue
 
     def _is_gate(self, node: cst.CSTNode) -> bool:
+        """A CUDA test: availability, a device count compared, a device compared with "cuda" (its device-type
+        choice, ``"cuda" if "cuda" in device else "cpu"``, is the AMP rules'), or a flag bound to one."""
         ctx = self.ctx
         if isinstance(node, cst.Call):
+            if patterns.method_call(node, "startswith"):
+                args = patterns.positional(node)
+                return len(args) == 1 and patterns.string_value(args[0].value) == "cuda"
             return ctx.is_call_to(node, *GATE_CALLS)
+        if (isinstance(node, cst.Comparison) and len(node.comparisons) == 1
+                and isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn))
+                and (patterns.is_cuda_string(node.left) or patterns.is_cuda_string(node.comparisons[0].comparator))):
+            return True
         if (isinstance(node, cst.Comparison) and len(node.comparisons) == 1 and isinstance(node.left, cst.Call)
                 and ctx.is_call_to(node.left, *_COUNT)):
             return True
