@@ -39,7 +39,7 @@ SHAPES = [
           present=("fused=False", "Tensor = torch.Tensor"),
           absent=("DataParallel", "torch.compile", "torch.cuda", ".module")),
     Shape("device_option", "--device option keeps choosing; map_location through a helper and a variable",
-          cpu_args=("--device", "cpu"), present=('default="xla"', 'map_location="cpu"'),
+          cpu_args=("--device", "cpu"), present=('default="xla', 'map_location="cpu"'),
           absent=("map_location=device", "map_location=loc")),
     Shape("no_cuda_flag", "--no-cuda keeps the CPU path (a step barrier, no device loader); default-argument device",
           cpu_args=("--no-cuda",), present=('torch.device("xla:0")', "device() if use_cuda else"),

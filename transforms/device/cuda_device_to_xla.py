@@ -100,7 +100,7 @@ class CudaDeviceToXla(Rule):
         if literal in self._named:
             return
         self._named.add(literal)
-        value = self.ctx.spell("device_type")
+        value = self.ctx.spell("device_name")
         quote = "'" if isinstance(literal, cst.SimpleString) and literal.value.startswith("'") else '"'
         self.replace(literal, cst.SimpleString(value.replace('"', quote)),
                      f"{self._short(literal)} -> {value}: {what} (the XLA device's name; the CPU stays a choice)")

@@ -318,7 +318,10 @@ class CudaGates(Rule):
 
     def _test_for_xla(self, node: cst.BaseExpression) -> None:
         device, literal = self._compared(node)
-        value = self.ctx.spell("device_type")
+        # `device == "cuda"` compares the option's whole value; `device.type == ...`, `in`, `startswith` its kind.
+        whole = (isinstance(node, cst.Comparison) and isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
+                 and not (isinstance(device, cst.Attribute) and device.attr.value == "type"))
+        value = self.ctx.spell("device_name" if whole else "device_type")
         quote = "'" if isinstance(literal, cst.SimpleString) and literal.value.startswith("'") else '"'
         self.replace(literal, cst.SimpleString(value.replace('"', quote)),
                      f"{_short(node)}: tests for {value} (the device is chosen at run time and may be the CPU)")

@@ -151,6 +151,9 @@ _SEEDS = {
     # xla:0; the index keeps it valid where torch_xla asks for one (xm.xla_device_hw, torch_xla.amp.autocast).
     # A device option's value is the type alone ("xla", device_type), as a user types it.
     "lazy_device": Spelling('{torch}.device("xla:0")'),
+    # A device the user names in an option or a config: the seeds' API wants an index where it asks for the
+    # device (torch_xla.amp.autocast(device), xm.xla_device_hw(device) raise "Invalid device format: xla").
+    "device_name": Spelling('"xla:0"'),
     "device_type": Spelling('"xla"'),
     # Device memory figures (a dict; PJRT CPU has none: it raises).
     "memory_info": Spelling("{xm}.get_memory_info({0})"),
@@ -167,6 +170,8 @@ _CURRENT = {
     "autocast": Spelling('{torch}.autocast("xla", dtype={torch}.bfloat16)', since=(2, 1)),
     # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state).
     "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("xla", enabled=False)', since=(2, 3)),
+    # The current API's autocast takes the type ("xla"), not the device: the option's value is what users type.
+    "device_name": Spelling('"xla"'),
     # The ddp form: torch.distributed on torch_xla's process group (``import torch_xla.distributed.xla_backend``
     # registers the "xla" backend and the xla:// init method, both 2.1+). Only targets of 2.1 or later have it.
     "xla_process_group": Spelling('"xla", init_method="xla://"', since=(2, 1)),
