@@ -11,10 +11,17 @@ What it does:
     only the master calls it (2.6 and 2.9 have no rendezvous there: verified in their source). Calling it
     on every process is right for both.
 
+    A checkpoint that holds whole ``nn.Module`` or optimizer objects (``torch.save({"model": model,
+    "optimizer": optimizer}, path)``, ``torch.save(model, path)``, also through a dict bound in the same
+    function) keeps ``torch.save``, with a finding.
+
 Why:
     ``torch.save`` of XLA tensors pickles device tensors: the checkpoint then needs an XLA device to load and
     the save forces a device-to-host transfer per tensor. ``xm.save`` moves the data to the CPU first
-    and, by default, writes only from the master process (the seeds' recipe).
+    and, by default, writes only from the master process (the seeds' recipe). It moves the tensors of plain
+    containers and of optimizers, not those inside a module object: a checkpoint of whole objects written
+    with it mixes devices, and the first step after resuming from it fails ("Expected XLA tensor. Got:
+    torch.FloatTensor", torch_xla 2.9 and 2.6.1). ``torch.save`` of the same objects loads back as it was.
 
 Example:
     torch.save(model.state_dict(), "model.pt")
@@ -29,6 +36,7 @@ import re
 
 import libcst as cst
 
+from xla_migrate.analysis.values import bound_values
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 
@@ -36,6 +44,15 @@ TORCH_SAVE = ("torch.save", "torch.serialization.save")
 # xm.save(data, file_or_path, master_only=True, global_master=False)
 _ACCEPTED = 2
 _RANK_TEST = re.compile(r"rank|ordinal|master|is_main|main_process", re.IGNORECASE)
+# Names that hold a module or an optimizer object (a checkpoint of whole objects): the last word of the name
+# (``model``, ``ema_model``, ``decoder_optimizer``; not ``model_args`` or ``model_data``), or ``netG``.
+_OBJECT_WORDS = {"model", "models", "net", "network", "module", "encoder", "decoder", "generator", "discriminator",
+                 "backbone", "optimizer", "optimizers", "optim", "opt", "critic", "actor", "policy"}
+_NET_NAME = re.compile(r"^(net|model)[A-Z0-9]")
+
+
+def _object_name(name: str) -> bool:
+    return name.lower().rsplit("_", 1)[-1] in _OBJECT_WORDS or bool(_NET_NAME.match(name))
 
 
 class TorchSaveToXmSave(Rule):
@@ -57,6 +74,14 @@ class TorchSaveToXmSave(Rule):
                 or any(a.keyword is not None and a.keyword.value not in ("obj", "f") for a in node.args)):
             self.finding(node, "torch.save with options xm.save does not take",
                          f"drop the options and use {save}, or move the tensors to the CPU (.cpu()) before saving")
+            return
+        whole = self._whole_objects(node)
+        if whole:
+            self.finding(node, f"the checkpoint holds whole objects ({', '.join(whole)}): torch.save is kept "
+                         f"({save} would move the optimizers' tensors to the CPU and leave the modules' on the "
+                         "XLA device, and the resumed run would mix devices); it loads back on the XLA device, "
+                         "not with plain CPU torch", "save state dicts (model.state_dict(), "
+                         "optimizer.state_dict()) to make the checkpoint portable")
             return
         args = [a.with_changes(keyword=cst.Name("file_or_path")) if a.keyword and a.keyword.value == "f"
                 else a.with_changes(keyword=cst.Name("data")) if a.keyword and a.keyword.value == "obj" else a
@@ -82,6 +107,23 @@ class TorchSaveToXmSave(Rule):
                     "would hang under it)")
             self.finding(guard, f"{save} is called under a rank test: it writes from the master only already, {hang}",
                          f"call {save} on every process and drop the rank test")
+
+    def _whole_objects(self, node: cst.Call) -> list[str]:
+        """The module or optimizer objects a checkpoint holds as they are (not their state dicts)."""
+        first = patterns.positional(node)
+        obj = first[0].value if first else getattr(patterns.keyword(node, "obj"), "value", None)
+        values = [obj] if obj is not None else []
+        if isinstance(obj, cst.Name) and not _object_name(obj.value):
+            values = [v for v in bound_values(self.ctx, obj) if v is not None]
+        found: list[str] = []
+        for value in values:
+            elements = [e.value for e in value.elements if isinstance(e, cst.DictElement)] if isinstance(
+                value, cst.Dict) else [value]
+            for element in elements:
+                spelling = patterns.dotted_name(element)
+                if spelling is not None and _object_name(spelling.rsplit(".", 1)[-1]):
+                    found.append(spelling)
+        return found
 
     def _rank_guard(self, node: cst.CSTNode) -> cst.If | None:
         current = self.ctx.parent(node)

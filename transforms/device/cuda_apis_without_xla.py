@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate.analysis.cuda_only import CudaOnly
 from xla_migrate.engine.rule import Rule, torch_names_only
 from xla_migrate.engine.targets import MODULE_PLACEHOLDERS
 from xla_migrate.transforms.device.legacy_cuda_tensor_types import DTYPES as LEGACY_TYPES
@@ -68,6 +69,10 @@ class CudaApisWithoutXlaForm(Rule):
     summary = "torch.cuda memory statistics, device queries, tensor types, streams and events: reported"
     on_xla_code = True  # it only reports, on code already on XLA too (its CUDA paths included)
     reports_only = True
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._found: list[tuple[cst.CSTNode, str, str]] = []
 
     def _spelled(self, concept: str, *args: str) -> str:
         """The target's spelling for advice text (adds no import: nothing is rewritten)."""
@@ -113,7 +118,15 @@ class CudaApisWithoutXlaForm(Rule):
             return
         message, fix = self._advice(kinds[0])
         name = next(n for n in sorted(self.ctx.torch_names(node)) if _api(n))
-        self.finding(node, f"{message}: {name}", fix)
+        self._found.append((node, f"{message}: {name}", fix))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        # Reported once the rewriting rules before this one have recorded their edits (XLA102 turns timing
+        # events into host clocks): what they replace is not left.
+        checker = CudaOnly(self.ctx)
+        for node, message, fix in self._found:
+            if not checker.dropped(node):
+                self.finding(node, message, fix)
 
     @torch_names_only
     def visit_Attribute(self, node: cst.Attribute) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
-from xla_migrate.analysis.facts import is_cuda_device_expr
+from xla_migrate.analysis.facts import is_cuda_device_expr, is_cuda_ordinal
 from xla_migrate.engine.rule import Rule
 
 
@@ -46,6 +46,7 @@ class CudaDeviceToXla(Rule):
         # Device expressions replaced whole (``torch.device(f"cuda:{r}") if r else torch.device("cuda")``, a
         # device definition's value): the calls inside them are not edited again.
         self._replaced_whole: set[cst.BaseExpression] = set()
+        self._named: set[cst.BaseExpression] = set()  # CUDA values that became "xla"
 
     def _short(self, node: cst.CSTNode) -> str:
         text = " ".join(patterns.code_of(node).split())
@@ -63,12 +64,54 @@ class CudaDeviceToXla(Rule):
         if self.ctx.facts.uses_accelerate:  # Accelerate places the model and batches (XLA605)
             return
         name = patterns.dotted_name(target)
-        # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
-        if name is None or "type" in name.rsplit(".", 1)[-1] or not patterns.is_cuda_value(value):
+        if name is None:
             return
-        device = self.ctx.spell("device")
+        if is_cuda_ordinal(name, value, self.ctx.qualnames):
+            device = self.ctx.spell("device")
+            self.replace(value, patterns.parsed_expression(device),
+                         f"{self._short(value)} -> {device}: a CUDA ordinal used as the device")
+            self._replaced_whole.add(value)
+            return
+        # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
+        if "type" in name.rsplit(".", 1)[-1] or not patterns.is_cuda_value(value):
+            return
+        if patterns.is_cuda_string(value):  # a plain value: it stays one, the XLA device's name
+            self._to_xla_name(value, "the device's value")
+            return
+        residue = None if patterns.is_cuda_value(value.orelse) else self.ctx.device_flow.residue(value.test)
+        if residue is not None:  # `"cuda" if use_gpu and torch.cuda.is_available() else "cpu"`
+            if patterns.is_cuda_string(value.body):
+                self._to_xla_name(value.body, "the device chosen by the test")
+            return
+        device = self._device_at(value)
         self.replace(value, patterns.parsed_expression(device), f"{self._short(value)} -> {device}")
         self._replaced_whole.add(value)
+
+    def _device_at(self, node: cst.CSTNode) -> str:
+        """The XLA device, spelled for where ``node`` is evaluated: the plain value where making it would
+        start the runtime too early (a default or decorator; module level in a launching program)."""
+        if self.ctx.evaluated_at_definition(node) or (
+                self.ctx.import_time_device_is_lazy and self.ctx.function_scope(node) is self.ctx.scopes.get(
+                    self.ctx.module)):
+            return self.ctx.spell("lazy_device")
+        return self.ctx.spell("device")
+
+    def _to_xla_name(self, literal: cst.BaseExpression, what: str) -> None:
+        if literal in self._named:
+            return
+        self._named.add(literal)
+        value = self.ctx.spell("device_name")
+        quote = "'" if isinstance(literal, cst.SimpleString) and literal.value.startswith("'") else '"'
+        self.replace(literal, cst.SimpleString(value.replace('"', quote)),
+                     f"{self._short(literal)} -> {value}: {what} (the XLA device's name; the CPU stays a choice)")
+        self._replaced_whole.add(literal)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        if self.ctx.facts.uses_accelerate or "cuda" not in self.ctx.input_code:
+            return
+        for literal in self.ctx.device_flow.option_literals:
+            if not self._in_replaced_whole(literal):
+                self._to_xla_name(literal, "a device option's value")
 
     def _in_replaced_whole(self, node: cst.CSTNode) -> bool:
         """Inside a device expression replaced as a whole (an edit of a part would overlap the whole one)."""
@@ -83,8 +126,12 @@ class CudaDeviceToXla(Rule):
         ctx = self.ctx
         if ctx.facts.uses_accelerate or (self._replaced_whole and self._in_replaced_whole(node)):
             return
+        if ctx.is_call_to(node, "torch.accelerator.current_accelerator"):
+            device = ctx.spell("lazy_device")
+            self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
+            return
         if ctx.is_call_to(node, "torch.device"):
-            if is_cuda_device_expr(node, ctx.qualnames):
+            if is_cuda_device_expr(node, ctx.qualnames) or self._accelerator_string(node):
                 self._device_call(node)
             return
         if patterns.method_call(node, "cuda") and not ctx.qualnames(node.func) & {"torch.cuda"}:
@@ -98,20 +145,72 @@ class CudaDeviceToXla(Rule):
         if device_keyword is not None and patterns.is_cuda_value(device_keyword.value):
             self._use_device(device_keyword.value)
 
+    def _accelerator_string(self, node: cst.Call) -> bool:
+        """``torch.device(f"{torch.accelerator.current_accelerator()}:{rank}")``."""
+        args = patterns.positional(node)
+        first = args[0].value if args else None
+        return isinstance(first, cst.FormattedString) and any(
+            isinstance(part, cst.FormattedStringExpression) and isinstance(part.expression, cst.Call)
+            and self.ctx.is_call_to(part.expression, "torch.accelerator.current_accelerator")
+            for part in first.parts)
+
     def _device_call(self, node: cst.Call) -> None:
         parent = self.ctx.parent(node)
+        args = patterns.positional(node)
+        first = args[0].value if args else None
+        if (isinstance(first, cst.IfExp) and not is_cuda_device_expr(first.orelse, self.ctx.qualnames)
+                and self.ctx.device_flow.residue(first.test) is not None):
+            # `torch.device("cuda" if use_cuda else "cpu")`: the user's part of the test still chooses.
+            self._choice(node, first)
+            return
+        if isinstance(parent, cst.IfExp) and parent.body is node and self._tensor_device(parent):
+            tensor = parent.test.value
+            self.replace(parent, lambda u: u.test.with_changes(attr=cst.Name("device"), lpar=u.lpar, rpar=u.rpar),
+                         f"{self._short(parent)} -> {self._short(tensor)}.device")
+            self._replaced_whole.add(parent)
+            return
+        if (isinstance(parent, cst.IfExp) and parent.body is node
+                and not is_cuda_device_expr(parent.orelse, self.ctx.qualnames)
+                and self.ctx.device_flow.residue(parent.test) is not None):
+            device = self._device_at(node)
+            self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device} (the test "
+                         "still chooses the CPU)")
+            self._replaced_whole.add(node)
+            return
         if isinstance(parent, cst.IfExp) and parent.body is node:
             # `torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")` is the device as a
             # whole (replacing the call alone would leave XLA104 a gate to fold in a second run).
             node, parent = parent, self.ctx.parent(parent)
         if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
-            device = self.ctx.spell("device")
+            device = self._device_at(node)
             self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
         else:
             self._use_device(node)
         self._replaced_whole.add(node)
 
+    def _tensor_device(self, node: cst.IfExp) -> bool:
+        """``torch.device("cuda") if x.is_cuda else torch.device("cpu")``: the device of ``x``."""
+        test = node.test
+        return (isinstance(test, cst.Attribute) and test.attr.value == "is_cuda"
+                and isinstance(node.orelse, cst.Call) and self.ctx.is_call_to(node.orelse, "torch.device")
+                and not is_cuda_device_expr(node.orelse, self.ctx.qualnames))
+
+    def _choice(self, node: cst.Call, choice: cst.IfExp) -> None:
+        """``torch.device("cuda" if T else "cpu")`` -> ``<XLA device> if T else torch.device("cpu")``."""
+        device = patterns.parsed_expression(self._device_at(node))
+
+        def chosen(updated: cst.Call) -> cst.BaseExpression:
+            inner = patterns.positional(updated)[0].value
+            cpu = updated.with_changes(args=[cst.Arg(inner.orelse)], lpar=[], rpar=[])
+            return cst.IfExp(test=inner.test, body=device, orelse=cpu, lpar=updated.lpar, rpar=updated.rpar)
+
+        self.replace(node, chosen, f"{self._short(node)} -> {patterns.code_of(device)} if "
+                     f"{self._short(choice.test)} else torch.device(...): the test still chooses the CPU")
+        self._replaced_whole.add(node)
+
     def _use_device(self, node: cst.BaseExpression) -> None:
+        if patterns.is_cuda_string(node) and node in self.ctx.device_flow.option_literals:
+            return  # an option's value: leave_Module names it "xla"
         device = self.ctx.device_reference(node, self.code)
         self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
 

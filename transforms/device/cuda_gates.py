@@ -22,9 +22,16 @@ What it does:
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
       ``"xla"``: neither backend is XLA's, the choice was the accelerator's.
 
-    In a function that calls a ``torch.cuda`` API that raises without CUDA and that no rule rewrites
-    (``get_rng_state``, ``get_device_properties``, ``current_device``, ``memory_summary``, ``Stream``...),
-    no test is folded: folding would run that call on the XLA host. Each test there is reported instead.
+    A test is decided by the code its value turns on once the migration is done. When the accelerator value
+    would run code that still needs CUDA (``torch.nn.DataParallel`` that no rule removed, CUDA streams,
+    events and graphs, memory statistics, ``torch.cuda.get_rng_state()`` and other CUDA-only queries such as
+    ``is_bf16_supported()``, legacy CUDA tensor types XLA105 does not rewrite, ``fused=True``, an inductor
+    ``torch.compile``, Triton/apex/flash-attn kernels, or only a message about the CUDA device), the test
+    takes the value that keeps that code off (``not torch.cuda.is_available() or
+    torch.cuda.is_bf16_supported()`` -> the non-CUDA answer), and what was left out is reported. A flag bound
+    to a test (``cuda = torch.cuda.is_available()``, ``self.is_cuda = device.type == "cuda"``) is folded,
+    and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
+    compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
 
     Device expressions that XLA101 or the AMP rules rewrite as a whole (``"cuda" if torch.cuda.is_available()
     else "cpu"``) are left to them.
@@ -50,18 +57,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from xla_migrate.syntax import patterns
+from xla_migrate.analysis import gates
+from xla_migrate.analysis.cuda_only import CUDA_KEYWORDS, CudaOnly
 from xla_migrate.analysis.facts import is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
+from xla_migrate.syntax import patterns
 
-IS_AVAILABLE = ("torch.cuda.is_available",)
-# torch.cuda calls that raise without a CUDA driver and that no rule rewrites (measured on torch 2.9 with no
-# GPU): a gate folded to True would run them on the XLA host. And set_rng_state: the state it restores
-# comes from get_rng_state, under the same kind of gate.
-RAISE_WITHOUT_CUDA = tuple(f"torch.cuda.{name}" for name in (
-    "get_rng_state", "get_rng_state_all", "get_device_properties", "get_device_capability", "current_device",
-    "memory_summary", "mem_get_info", "Stream", "current_stream", "default_stream", "Event", "stream",
-    "memory_stats", "list_gpu_processes", "utilization", "set_rng_state", "set_rng_state_all"))
+IS_AVAILABLE = ("torch.cuda.is_available", "torch.accelerator.is_available")
+DEVICE_COUNT = ("torch.cuda.device_count",)
+_COMPARE = {cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+            cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+            cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b}
 
 
 def _constant(value: bool) -> cst.Name:
@@ -88,11 +94,25 @@ def _quoted(like: cst.BaseExpression, value: str) -> str:
     return f"{quote}{value}{quote}"
 
 
+def _short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(patterns.code_of(node).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _test_leaves(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of a test's ``not`` / ``and`` / ``or`` that are names or attributes (flag candidates)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _test_leaves(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return _test_leaves(test.left) + _test_leaves(test.right)
+    return [test] if isinstance(test, (cst.Name, cst.Attribute)) else []
+
+
 class CudaGates(Rule):
     code = "XLA104"
     name = "cuda-gates"
     summary = ("torch.cuda.is_available() and device == 'cuda' tests -> their value on the accelerator "
-               "(True), so the migrated script keeps its accelerator path")
+               "(True), unless that turns on code that still needs CUDA")
     # Not on code already on XLA: there a CUDA test is a live switch (False on a TPU host) that selects the
     # script's own XLA path; folding it to True would run the CUDA branch on the TPU.
     fix_safety = "review"
@@ -101,14 +121,13 @@ class CudaGates(Rule):
         super().__init__(ctx)
         self._gates: list[tuple[cst.BaseExpression, bool]] = []
         self._done: set[cst.CSTNode] = set()
-        # Function (or module) scopes that call a torch.cuda API raising without CUDA: their gates stay.
-        self._held: dict[object, str] = {}
+        # Names and attributes in test positions (if / elif / while / conditional expressions), by spelling:
+        # the uses of flags bound to a gate are found among them.
+        self._leaves: dict[str, list[cst.BaseExpression]] = {}
+        self._values: dict[cst.CSTNode, bool] = {}
 
     # Finding the tests -------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
-        raising = sorted(self.ctx.qualnames(node.func) & set(RAISE_WITHOUT_CUDA))
-        if raising:
-            self._held.setdefault(self.ctx.function_scope(node), raising[0])
         if self.ctx.is_call_to(node, *IS_AVAILABLE):
             self._gate(node, True)
         elif patterns.method_call(node, "startswith"):
@@ -127,42 +146,249 @@ class CudaGates(Rule):
             self._gate(node, isinstance(operator, cst.Equal))
         elif isinstance(operator, (cst.In, cst.NotIn)) and left_cuda and not right_cuda:
             self._gate(node, isinstance(operator, cst.In))
+        elif (type(operator) in _COMPARE and isinstance(node.left, cst.Call) and not node.left.args
+              and self.ctx.is_call_to(node.left, *DEVICE_COUNT) and isinstance(target.comparator, cst.Integer)):
+            # One XLA device per process: `torch.cuda.device_count() > 1` (DataParallel) is False on XLA.
+            self._gate(node, _COMPARE[type(operator)](1, int(target.comparator.value)))
+
+    def visit_If(self, node: cst.If) -> None:
+        self._leaves_of(node.test)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._leaves_of(node.test)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._leaves_of(node.test)
+
+    def _leaves_of(self, test: cst.BaseExpression) -> None:
+        for leaf in _test_leaves(test):
+            spelling = patterns.dotted_name(leaf)
+            if spelling is not None:
+                self._leaves.setdefault(spelling, []).append(leaf)
 
     def _gate(self, node: cst.BaseExpression, value: bool) -> None:
+        if self._left_to_others(node):
+            return
+        self._gates.append((node, value))
+
+    def _left_to_others(self, node: cst.BaseExpression) -> bool:
         current = self.ctx.parent(node)
         while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.BaseStatement)):
             if isinstance(current, cst.FormattedStringExpression) and current.equal is not None:
-                return  # f"{torch.cuda.is_available()=}" prints its own text: left (XLA900 reports it)
+                return True  # f"{torch.cuda.is_available()=}" prints its own text: left (XLA900 reports it)
+            # A device conditional whose test keeps a user's part: XLA101 keeps the test, folded here.
+            if isinstance(current, cst.IfExp) and self._kept_choice(current):
+                return False
             # Left to XLA101 / the AMP rules: whole CUDA device expressions and device-type choices.
             if is_cuda_device_expr(current, self.ctx.qualnames) and not isinstance(current, cst.Comparison):
-                return
+                return True
             if isinstance(current, cst.IfExp) and (patterns.is_cuda_string(current.body)
                                                    or patterns.is_cuda_string(current.orelse)):
-                return
+                return True
             current = self.ctx.parent(current)
-        self._gates.append((node, value))
+        return False
 
-    # Folding, once every rule has recorded its edits ------------------------------------------------------
+    def _kept_choice(self, node: cst.IfExp) -> bool:
+        """``"cuda" if use_gpu and torch.cuda.is_available() else "cpu"`` (also inside ``torch.device(...)``):
+        XLA101 keeps the test, whose user part still chooses the CPU."""
+        return (is_cuda_device_expr(node.body, self.ctx.qualnames)
+                and not is_cuda_device_expr(node.orelse, self.ctx.qualnames)
+                and self.ctx.device_flow.residue(node.test) is not None)
+
+    # Flags: names and attributes bound to a gate ---------------------------------------------------------------
+    def _flag_uses(self, positive: dict[cst.CSTNode, bool]) -> list[tuple[cst.BaseExpression, bool]]:
+        """(use, pure) for each use as a test of a flag bound to a gate: ``cuda = torch.cuda.is_available()``
+        then ``if cuda:``. ``pure``: the flag is the gate's constant on XLA (else it keeps a user's part,
+        ``not args.no_cuda``, and stays a live switch)."""
+        uses: list[tuple[cst.BaseExpression, bool]] = []
+        seen: set[cst.CSTNode] = set()
+        for node, _ in self._gates:
+            top = gates.test_top(node, self.ctx.parent)
+            owner = self.ctx.parent(top)
+            if not (isinstance(owner, cst.Assign) and len(owner.targets) == 1 and owner.value is top) and not (
+                    isinstance(owner, cst.AnnAssign) and owner.value is top):
+                continue
+            target = owner.targets[0].target if isinstance(owner, cst.Assign) else owner.target
+            if target in seen:
+                continue
+            seen.add(target)
+            known, _ = gates.evaluate(top, positive)
+            if known is False:
+                continue  # a flag that is False on XLA turns nothing on
+            for use in self._uses_of(target):
+                if not self._left_to_others(use):
+                    uses.append((use, known is True))
+        return uses
+
+    def _uses_of(self, target: cst.BaseExpression) -> list[cst.BaseExpression]:
+        spelling = patterns.dotted_name(target)
+        if spelling is None:
+            return []
+        leaves = self._leaves.get(spelling, [])
+        if isinstance(target, cst.Name):
+            scope = self.ctx.scopes.get(target)
+            if scope is None:
+                return []
+            accesses = {access.node for assignment in scope.assignments[spelling] if assignment.node is target
+                        for access in assignment.references}
+            return [leaf for leaf in leaves if leaf in accesses]
+        if spelling.startswith("self."):
+            owner = self._class_of(target)
+            return [leaf for leaf in leaves if owner is not None and self._class_of(leaf) is owner]
+        return list(leaves)
+
+    def _class_of(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        current = self.ctx.parent(node)
+        while current is not None and not isinstance(current, cst.ClassDef):
+            current = self.ctx.parent(current)
+        return current
+
+    # Deciding, once every rule has recorded its visit-time edits ------------------------------------------
+    def leave_Module(self, original_node: cst.Module) -> None:
+        positive = dict(self._gates)
+        flag_uses = self._flag_uses(positive)
+        candidates = [(node, value, None) for node, value in self._gates]
+        candidates += [(use, True, pure) for use, pure in flag_uses]
+        # Innermost first: a nested test's decision takes its CUDA-only branch out of the outer test's code.
+        candidates.sort(key=lambda c: -self._depth(c[0]))
+        checker = CudaOnly(self.ctx)
+        tentative: dict[cst.CSTNode, bool] = dict(positive)
+        # What a decided test leaves out of the output, and the tests themselves (folded away): neither is
+        # code an outer test turns on.
+        off: set[cst.CSTNode] = {node for node, _, _ in candidates}
+        decided: list[tuple[cst.BaseExpression, bool, bool | None, tuple[list, list]]] = []
+        for node, value, pure in candidates:
+            choice, dropped = self._decide(node, value, tentative, off, checker)
+            tentative[node] = choice
+            top = gates.test_top(node, self.ctx.parent)
+            known, _ = gates.evaluate(top, tentative)
+            when_true, when_false = gates.branches(top, self.ctx.parent)
+            left_out = when_false if known is True else when_true if known is False else []
+            off.update(left_out)
+            decided.append((node, choice, pure, (dropped, left_out)))
+        # A flag's use that keeps the user's part is not a constant: it is no operand to combine with.
+        self._values = {node: choice for node, choice, pure, _ in decided if pure is not False or not choice}
+        live = {node for node, choice, pure, _ in decided if pure is None and choice == positive.get(node)
+                and self._tests_a_chosen_device(node)}
+        folded = {node for node, choice, pure, _ in decided if node not in live and (pure is None or not choice)}
+        for node in live:
+            self._values.pop(node, None)  # a run-time test: no operand to combine with
+        for node, choice, pure, (dropped, left_out) in sorted(decided, key=lambda d: self.ctx.position(d[0])):
+            if pure is not None and choice:
+                continue  # a flag's use stays: the flag holds its value on XLA
+            if dropped:
+                self._report_dropped(node, dropped, left_out)
+            if node in live:
+                self._test_for_xla(node)
+            elif not self._inside_done(node):
+                self._fold(node, choice, node)
+        self._forget_findings_in((off - {node for node, _, _ in candidates}) | folded)
+
+    def _forget_findings_in(self, left_out: set[cst.CSTNode]) -> None:
+        """XLA103's reports of code that a decided test leaves out of the output: it is gone (a dropped CUDA
+        path is reported here, with what it needed)."""
+        ranges = [r for r in (self.ctx.code_range(node) for node in left_out) if r is not None]
+        if not ranges:
+            return
+
+        def inside(finding) -> bool:
+            return any((r.start.line, r.start.column) <= (finding.line, finding.column - 1) <= (r.end.line, r.end.column)
+                       for r in ranges)
+
+        self.ctx.findings = [f for f in self.ctx.findings if f.code != "XLA103" or not inside(f)]
+
+    def _compared(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+        """(the device expression a comparison or ``startswith`` tests, the ``"cuda"`` literal), else None."""
+        if isinstance(node, cst.Comparison):
+            right = node.comparisons[0].comparator
+            if patterns.is_cuda_string(node.left):
+                return right, node.left
+            return node.left, right
+        method = patterns.method_call(node, "startswith")
+        if method is not None:
+            return method.value, patterns.positional(node)[0].value
+        return None
+
+    def _tests_a_chosen_device(self, node: cst.BaseExpression) -> bool:
+        """The test compares a device the user chooses (an option, a conditional that keeps the CPU, a
+        tensor's device): it stays a run-time test, of XLA."""
+        compared = self._compared(node)
+        return compared is not None and patterns.string_value(compared[1]) is not None and \
+            self.ctx.device_flow.cpu_capable(compared[0])
+
+    def _test_for_xla(self, node: cst.BaseExpression) -> None:
+        device, literal = self._compared(node)
+        # `device == "cuda"` compares the option's whole value; `device.type == ...`, `in`, `startswith` its kind.
+        whole = (isinstance(node, cst.Comparison) and isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
+                 and not (isinstance(device, cst.Attribute) and device.attr.value == "type"))
+        value = self.ctx.spell("device_name" if whole else "device_type")
+        quote = "'" if isinstance(literal, cst.SimpleString) and literal.value.startswith("'") else '"'
+        self.replace(literal, cst.SimpleString(value.replace('"', quote)),
+                     f"{_short(node)}: tests for {value} (the device is chosen at run time and may be the CPU)")
+
+    def _depth(self, node: cst.CSTNode) -> int:
+        depth, current = 0, self.ctx.parent(node)
+        while current is not None:
+            depth, current = depth + 1, self.ctx.parent(current)
+        return depth
+
+    def _decide(self, node: cst.BaseExpression, value: bool, tentative: dict[cst.CSTNode, bool],
+                off: set[cst.CSTNode], checker: CudaOnly) -> tuple[bool, list[tuple[cst.CSTNode, str]]]:
+        """The value the test takes on XLA: ``value`` (the accelerator's), unless the code it turns on still
+        needs CUDA and the other value's does not; then the other one, with what it keeps off."""
+        top = gates.test_top(node, self.ctx.parent)
+        if isinstance(self.ctx.parent(top), cst.Assert):
+            return value, []  # an assert never gets the value that fails it
+        needs = self._needs_cuda(top, {**tentative, node: value}, off, checker)
+        if not needs:
+            return value, []
+        if self._needs_cuda(top, {**tentative, node: not value}, off, checker):
+            return value, []  # CUDA code either way: the leftovers are reported (XLA900)
+        return not value, needs
+
+    def _needs_cuda(self, top: cst.BaseExpression, values: dict[cst.CSTNode, bool], off: set[cst.CSTNode],
+                    checker: CudaOnly) -> list[tuple[cst.CSTNode, str]]:
+        known, code = gates.executed(top, values, self.ctx.parent)
+        found: list[tuple[cst.CSTNode, str]] = []
+        owner = self.ctx.parent(top)
+        if (known is True and isinstance(owner, cst.Arg) and owner.keyword is not None
+                and owner.keyword.value in CUDA_KEYWORDS):
+            found.append((owner, f"{owner.keyword.value}=True (a CUDA-only implementation)"))
+        ignore = tuple(off)
+        for part in code:
+            if part in off:
+                continue
+            found += checker.constructs(part, ignore)
+            if isinstance(part, cst.BaseSuite) and checker.messages_only(part):
+                found.append((part, "a message about the CUDA device"))
+        return found
+
+    def _report_dropped(self, node: cst.BaseExpression, dropped: list[tuple[cst.CSTNode, str]],
+                        branch: list[cst.CSTNode]) -> None:
+        kinds = []
+        for _, what in dropped:
+            if what not in kinds:
+                kinds.append(what)
+        # A fused implementation, a message about the GPU, a legacy type name (XLA105 rewrites its uses):
+        # nothing is lost on XLA, and the change record says what happened.
+        if all(what.startswith(("fused=", "a message", "CUDA tensor type")) for what in kinds):
+            return
+        lines = [self.ctx.code_range(part) for part in branch]
+        lines = [r for r in lines if r is not None]
+        where = (f"lines {min(r.start.line for r in lines)}-{max(r.end.line for r in lines)}" if lines
+                 else f"line {self.ctx.position(dropped[0][0])[0]}")
+        self.finding(node, f"{_short(node)}: the CUDA path ({where}) is left out on XLA: it needs CUDA "
+                     f"({'; '.join(kinds)})", "port what that code does to XLA by hand if the run needs it, "
+                     "everything else it did included (XLA schedules device work itself, MpDeviceLoader "
+                     "prefetches batches, xm.get_memory_info(device) gives memory figures on a TPU)")
+
+    # Folding -------------------------------------------------------------------------------------------------
     def _value(self, node: cst.BaseExpression) -> bool | None:
         """The value a gate expression has on XLA (``gate``, ``not gate``), else None."""
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
             inner = self._value(node.expression)
             return None if inner is None else not inner
         return self._values.get(node)
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        self._values = dict(self._gates)
-        for node, value in self._gates:
-            held = self._held.get(self.ctx.function_scope(node))
-            if held is not None:
-                # Folding would run the CUDA-only call on the XLA host (it raises there); the test stays
-                # False on XLA and the CUDA code behind it is reported (XLA900).
-                self.finding(node, f"CUDA test left as it is: this function calls {held}(), which raises "
-                             "without CUDA; on XLA the test is False", "port the CUDA-only code by hand "
-                             "(xm.get_rng_state(), xm.xla_device_hw(device), ...), then drop the test")
-                continue
-            if not self._inside_done(node):
-                self._fold(node, value, node)
 
     def _inside_done(self, node: cst.CSTNode) -> bool:
         """Inside an expression already folded, or in the test of an ``if`` already folded (the gates in
@@ -226,6 +452,12 @@ class CudaGates(Rule):
         branch = node.body if value else (orelse.body if isinstance(orelse, cst.Else) else None)
         self._done.add(node)
         quiet = not isinstance(node.body, cst.IndentedBlock) or node.body.header.comment is None
+        if value and isinstance(self.ctx.parent(node), cst.If) and self.ctx.parent(node).orelse is node:
+            # `elif <always>:` -> `else:`
+            self.replace(node, lambda u: cst.Else(body=u.body, leading_lines=u.leading_lines,
+                                                  whitespace_before_colon=u.whitespace_after_test),
+                         f"elif {text}: {value} on XLA, it becomes the else")
+            return
         if in_block and quiet and not value and orelse is None:
             self.remove(node, f"removed if {text}: never taken on XLA")
             return

@@ -2,16 +2,19 @@
 
 What it does:
     The legacy CUDA tensor types (``torch.cuda.FloatTensor``, ``LongTensor``, ``ByteTensor``, ...) and the
-    names bound to them (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``, both branches of
-    one dtype) are rewritten where they are used:
+    names bound to them are rewritten where they are used. A name is bound to one in any spelling where every
+    binding is of the same dtype: ``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``,
+    ``... else torch.Tensor`` (``torch.Tensor`` is the float32 type), or ``Tensor = torch.FloatTensor`` then
+    ``if cuda: Tensor = torch.cuda.FloatTensor``:
 
     - a construction ``torch.cuda.FloatTensor(*args)`` / ``Tensor(*args)`` becomes the CPU type's, moved to the
       XLA device: ``torch.FloatTensor(*args).to(device)`` (same sizes-or-data meaning of the arguments);
     - a conversion ``x.type(torch.cuda.FloatTensor)`` / ``x.type(Tensor)`` / ``x.type("torch.cuda.FloatTensor")``
       becomes ``x.to(device=device, dtype=torch.float32)``.
 
-    The binding itself stays (naming the type does not need CUDA); it and any other use of a legacy CUDA
-    type (``isinstance(x, torch.cuda.FloatTensor)``) are reported with their line.
+    The binding itself stays (naming the type does not need CUDA) unless XLA104 drops its CUDA branch; it and
+    any other use of a legacy CUDA type left in the output (``isinstance(x, torch.cuda.FloatTensor)``) are
+    reported with their line.
 
 Why:
     The legacy types allocate on a CUDA device: on an XLA machine they raise "no CUDA GPUs are available".
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate.analysis.cuda_only import CudaOnly
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule, torch_names_only
 from xla_migrate.transforms.common import short
@@ -52,6 +56,8 @@ class LegacyCudaTensorTypes(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._aliases: dict[str, str] = {}  # spelling bound to a legacy CUDA type -> its type name
+        # Spelling -> the dtypes of its bindings (CUDA and CPU types): an alias when they agree.
+        self._bindings: dict[str, tuple[set[str], set[str]]] = {}
         self._calls: list[cst.Call] = []
         # Every construct this rule handles spells a type name (`torch.cuda.FloatTensor`, an import of one,
         # `.type("torch.cuda.FloatTensor")`): a script that holds none has nothing for it.
@@ -72,13 +78,31 @@ class LegacyCudaTensorTypes(Rule):
         if len(node.targets) != 1 or not self._spells_types:
             return
         spelling = patterns.dotted_name(node.targets[0].target)
+        if spelling is None:
+            return
         value = node.value
         branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
         cuda_types = {t for t in map(self._legacy_type, branches) if t is not None}
-        cpu_types = {name.rpartition(".")[2] for b in branches for name in self.ctx.torch_names(b)
+        cpu_types = {self._cpu_type(name) for b in branches for name in self.ctx.torch_names(b)
                      if name.rpartition(".")[0] == "torch"}
-        if spelling is not None and len(cuda_types) == 1 and cpu_types <= cuda_types:
-            self._aliases[spelling] = cuda_types.pop()
+        if not cuda_types and not cpu_types - {None}:
+            if spelling in self._bindings:
+                self._bindings[spelling][1].add("other")  # bound to something else too: not an alias
+            return
+        cuda, cpu = self._bindings.setdefault(spelling, (set(), set()))
+        cuda |= cuda_types
+        cpu |= cpu_types
+
+    def _cpu_type(self, qualname: str) -> str | None:
+        """The legacy type a ``torch.<name>`` stands for: ``torch.FloatTensor``, or ``torch.Tensor`` (float32)."""
+        name = qualname.rpartition(".")[2]
+        return "FloatTensor" if name == "Tensor" else name if name in DTYPES else None
+
+    def _aliases_found(self) -> None:
+        """Names whose every binding is a legacy type of one dtype, with a CUDA one among them."""
+        for spelling, (cuda, cpu) in self._bindings.items():
+            if len(cuda) == 1 and cpu <= cuda:
+                self._aliases[spelling] = next(iter(cuda))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._spells_types:
@@ -100,6 +124,7 @@ class LegacyCudaTensorTypes(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         # Decided at the end: a name bound to a type may be used in a function defined above its binding.
+        self._aliases_found()
         for node in self._calls:
             type_name = self._legacy_type(node.func)
             if type_name is not None:
@@ -112,8 +137,9 @@ class LegacyCudaTensorTypes(Rule):
                     type_name = text.rpartition(".")[2] if text.rpartition(".")[2] in DTYPES else None
                 if type_name is not None:
                     self._conversion(node, type_name)
+        checker = CudaOnly(self.ctx)
         for node in self._references:
-            if node not in self._rewritten:
+            if node not in self._rewritten and not checker.dropped(node):
                 self.finding(node, f"CUDA tensor type: {short(node)} (constructions and .type() conversions of it "
                                    "are rewritten to the XLA device; this use is not)",
                              "create tensors on the XLA device with a dtype (torch.zeros(n, dtype=torch.float32, "

@@ -1,15 +1,22 @@
 """XLA409 torch-load-map-location: checkpoints mapped to a CUDA device load on the CPU instead.
 
 What it does:
-    Rewrites the ``map_location`` of ``torch.load`` when it names a CUDA device: ``"cuda"``, ``"cuda:0"``,
-    ``f"cuda:{rank}"``, ``"cuda:{}".format(gpu)``, ``"cuda:%d" % rank``, ``torch.device("cuda", rank)``, ``{"cuda:0": f"cuda:{rank}"}``, or a
-    ``lambda storage, loc: storage.cuda(rank)`` -> ``map_location="cpu"``. When the loaded value goes into
+    Rewrites the ``map_location`` of ``torch.load`` when it names a device that is CUDA's in the input and
+    so the XLA device in the output: ``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"cuda:{}".format(gpu)``,
+    ``"cuda:%d" % rank``, ``torch.device("cuda", rank)``, any ``torch.device(...)``, ``{"cuda:0":
+    f"cuda:{rank}"}``, a ``lambda storage, loc: storage.cuda(rank)``, a name bound to one of those in the
+    same function (``loc = f"cuda:{gpu}"``), the script's device variable or a ``device`` parameter
+    (``map_location=device``), a device attribute or option (``self.device``, ``args.device``), or a helper
+    that returns the device (``dist_util.dev()``, ``get_device()``, ``xm.xla_device()``) ->
+    ``map_location="cpu"``. When the loaded value goes into
     ``load_state_dict`` (directly, or through the name it is assigned to) nothing else is needed: loading
     a state dict copies each tensor onto the device of the parameter it fills. Otherwise a finding says to
     move the loaded tensors to the device. Applies to every script, distributed or not.
 
 Why:
-    There is no CUDA device on XLA, so a CUDA ``map_location`` fails. Loading onto the XLA device directly
+    There is no CUDA device on XLA, so a CUDA ``map_location`` fails, and ``torch.load`` cannot restore
+    onto an XLA device either ("don't know how to restore data location ... (tagged with xla:0)", torch_xla
+    2.6.1 and 2.9), so every resume would crash. Loading onto the XLA device directly
     is not the fix either: every worker would hold a second copy of the checkpoint on its device. The CPU
     copy is moved into place by ``load_state_dict``.
 
@@ -27,11 +34,20 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
-from xla_migrate.analysis.facts import is_cuda_device_expr
+from xla_migrate.analysis.facts import is_cuda_device_expr, is_xla_device_expr
+from xla_migrate.analysis.values import bound_values
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 LOADS = ("torch.load", "torch.serialization.load")
+# Helpers that return the process's device (guided-diffusion's dist_util.dev(), get_device()).
+DEVICE_HELPERS = ("dev", "device", "get_device", "current_device", "xla_device", "default_device")
+
+
+def _device_word(name: str) -> bool:
+    """A name that says it holds a device: ``device``, ``dev``, ``self.device``, ``train_device``, ``loc``."""
+    words = name.lower().split("_")
+    return bool({"device", "dev", "loc", "location"} & set(words))
 
 
 class TorchLoadMapLocation(Rule):
@@ -56,14 +72,25 @@ class TorchLoadMapLocation(Rule):
             self.finding(node, f"{short(node)}: the checkpoint now loads on the CPU",
                          "move the loaded tensors to the XLA device (.to(device)) or load them with load_state_dict")
 
-    def _is_cuda(self, node: cst.BaseExpression) -> bool:
-        if is_cuda_device_expr(node, self.ctx.qualnames):
+    def _is_cuda(self, node: cst.BaseExpression, depth: int = 0) -> bool:
+        """``node`` names a device that is the XLA device after the migration (or a mapping onto one)."""
+        if is_cuda_device_expr(node, self.ctx.qualnames) or is_xla_device_expr(node, self.ctx.qualnames):
             return True
         if isinstance(node, cst.Dict):
             return any(isinstance(e, cst.DictElement) and (patterns.is_cuda_string(e.value) or
                                                            patterns.is_cuda_string(e.key)) for e in node.elements)
         if isinstance(node, cst.Lambda):
             return bool(patterns.find_all(node.body, lambda n: patterns.method_call(n, "cuda") is not None))
+        if isinstance(node, cst.Call):
+            if self.ctx.is_call_to(node, "torch.device", "torch.cuda.current_device"):
+                return True
+            name = patterns.dotted_name(node.func)
+            return name is not None and name.rsplit(".", 1)[-1] in DEVICE_HELPERS
+        if isinstance(node, cst.Attribute):
+            return _device_word(node.attr.value)
+        if isinstance(node, cst.Name) and depth < 3:
+            return any(self._is_cuda(value, depth + 1) if value is not None else _device_word(node.value)
+                       for value in bound_values(self.ctx, node))
         return False
 
     def _feeds_state_dict(self, node: cst.Call) -> bool:

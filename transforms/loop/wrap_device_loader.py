@@ -13,6 +13,11 @@ What it does:
     ``.to(device)`` calls on the batches (redundant on a device loader, but harmless). So are the loops of
     a script that builds an ``accelerate.Accelerator``: its prepared loaders are device loaders (XLA605).
 
+    Where the device may be the CPU at run time (a device option, ``torch.device("cuda" if use_cuda else
+    "cpu")`` with a user flag: see ``xla_migrate.analysis.device_flow``), the loader is wrapped only when the
+    device is XLA: ``pl.MpDeviceLoader(train_loader, device) if torch.device(device).type == "xla" else
+    train_loader``, so ``--device cpu`` or ``--no-cuda`` still runs (a device loader fails on a CPU device).
+
     The wrap is at the iteration site rather than a rebinding (``train_loader = pl.MpDeviceLoader(...)``)
     so that the name keeps meaning the DataLoader everywhere else: ``len(train_loader)``,
     ``train_loader.sampler.set_epoch(epoch)`` and ``train_loader.dataset`` keep working, and a loader passed
@@ -59,7 +64,12 @@ class WrapDeviceLoader(Rule):
         loader = step.loader
         assert loader is not None
         device = self.ctx.device_reference(loader, self.code)
-        template = patterns.parsed_expression(self.ctx.spell("device_loader", patterns.HOLE, device))
+        wrapped = self.ctx.spell("device_loader", patterns.HOLE, device)
+        if self.ctx.device_flow.cpu_capable(patterns.parsed_expression(device)):
+            torch = self.ctx.local_name("torch", "torch")
+            wrapped = (f"{wrapped} if {torch}.device({device}).type == {self.ctx.spell('device_type')} "
+                       f"else {patterns.HOLE}")
+        template = patterns.parsed_expression(wrapped)
         text = " ".join(patterns.code_of(loader).split())
 
         def wrap(updated: cst.BaseExpression) -> cst.BaseExpression:

@@ -77,6 +77,15 @@ def is_cuda_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
     return False
 
 
+def is_cuda_ordinal(target: str, value: cst.BaseExpression, qualnames: QualNames) -> bool:
+    """``device = rank % torch.cuda.device_count()``, ``gpu = torch.cuda.current_device()``: a CUDA device
+    index bound as the device (by a name that says so)."""
+    if not set(target.rsplit(".", 1)[-1].lower().split("_")) & {"device", "dev", "gpu"}:
+        return False
+    return bool(patterns.find_all(value, lambda n: isinstance(n, cst.Call) and bool(
+        qualnames(n.func) & {"torch.cuda.device_count", "torch.cuda.current_device"})))
+
+
 def is_optimizer_param_name(name: str) -> bool:
     """A parameter name that says it holds an optimizer: ``optimizer``, ``opt``, ``base_optimizer``."""
     return name in ("optimizer", "opt") or name.endswith("_optimizer")
@@ -251,7 +260,8 @@ class FactsCollector(cst.CSTVisitor):
         spelling = patterns.dotted_name(target)
         if spelling is None:
             return
-        if is_cuda_device_expr(value, self._qualnames) or is_xla_device_expr(value, self._qualnames):
+        if (is_cuda_device_expr(value, self._qualnames) or is_xla_device_expr(value, self._qualnames)
+                or self._chosen_device(value) or is_cuda_ordinal(spelling, value, self._qualnames)):
             self._bind_device(target)
         if not isinstance(value, cst.Call):
             return
@@ -270,6 +280,14 @@ class FactsCollector(cst.CSTVisitor):
                 self.facts.device_loader_sources.setdefault(spelling, source)
         elif names & set(DDP):
             self.facts.ddp_models.add(spelling)
+
+    def _chosen_device(self, value: cst.BaseExpression) -> bool:
+        """``torch.device(args.device)``: a device made from a value the script chooses (not a literal CPU)."""
+        if not (isinstance(value, cst.Call) and "torch.device" in self._qualnames(value.func)):
+            return False
+        args = patterns.positional(value)
+        return bool(args) and patterns.string_value(args[0].value) is None and not isinstance(
+            args[0].value, (cst.FormattedString, cst.ConcatenatedString))
 
     def _bind_device(self, target: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):

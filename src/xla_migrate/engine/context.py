@@ -17,6 +17,7 @@ from libcst.metadata.scope_provider import ClassScope, ComprehensionScope, Funct
 
 from ..syntax import patterns, walk
 from ..analysis.cuda_paths import CudaPaths, collect_cuda_paths
+from ..analysis.device_flow import DeviceFlow
 from ..analysis.facts import Facts, collect_facts
 from ..syntax.positions import Positions
 from ..analysis.project import ProjectFile
@@ -167,6 +168,7 @@ class MigrationContext:
         self._scopes_list: list[Scope] | None = None
         self._torch_bound_locally: bool | None = None
         self._cuda_paths: CudaPaths | None = None
+        self._device_flow: DeviceFlow | None = None
 
     def _project_file_context(self, rel: str) -> MigrationContext | str:
         """The analysis of another file of this file's project (the module holding the program's update, for
@@ -198,6 +200,21 @@ class MigrationContext:
         CUDA gate, or outside the XLA branches of a file that tests whether it runs on XLA): that code runs
         on GPU hosts only, so it is left as it is (XLA900 reports it). Walked once, on the first question."""
         return self.facts.runs_on_xla and self.cuda_paths.on_cuda_path(node)
+
+    @property
+    def device_flow(self) -> DeviceFlow:
+        """Where devices come from (options, config, conditionals) and whether one may be the CPU at run
+        time (analysis/device_flow.py). Walked once, on the first question."""
+        if self._device_flow is None:
+            self._device_flow = DeviceFlow(self)
+        return self._device_flow
+
+    @property
+    def import_time_device_is_lazy(self) -> bool:
+        """The XLA device must not be made when the module is imported: the program launches worker
+        processes (a distributed script or project: xmp.spawn refuses a runtime started before it), so a
+        module-level device is the plain value ``torch.device("xla")``."""
+        return self.distributed or (self.project is not None and self.project.distributed)
 
     @property
     def cuda_paths(self) -> CudaPaths:
@@ -433,7 +450,12 @@ class MigrationContext:
     def device_reference(self, node: cst.CSTNode, code: str) -> str:
         """A name holding the XLA device where ``node`` is: the script's device variable when one is
         visible (``device``, a ``device`` parameter, ``self.device``), else ``device = <target device>``
-        bound once at the top of the enclosing function (or after the imports), recorded under ``code``."""
+        bound once at the top of the enclosing function (or after the imports), recorded under ``code``.
+        Where the code runs when a function is defined (a default argument, a decorator) it is the plain
+        value ``torch.device("xla")``, which starts no runtime, and so is a module-level binding in a program
+        that launches worker processes (``import_time_device_is_lazy``)."""
+        if self.evaluated_at_definition(node):
+            return self.spell("lazy_device")
         own_scope = self.function_scope(node)
         for scope in self.visible_scopes(node):
             names = {n for n in self.facts.device_names.get(scope, set()) if self._usable(n, scope, own_scope, node)}
@@ -456,12 +478,27 @@ class MigrationContext:
         while name in scope:
             name = "xla_" + name
         self._bound_devices[scope] = name
-        statement = self.statement(f"{name} = {self.spell('device')}")
+        lazy = isinstance(scope, GlobalScope) and self.import_time_device_is_lazy
+        value = self.spell("lazy_device" if lazy else "device")
+        statement = self.statement(f"{name} = {value}")
         where, anchor_statement = anchor
         target_list = self.edits.after if where == "after" else self.edits.before
-        change = self.record_change(code, anchor_statement, f"bound the XLA device once: {name} = {self.spell('device')}")
+        change = self.record_change(code, anchor_statement, f"bound the XLA device once: {name} = {value}")
         target_list.setdefault(anchor_statement, []).append((change, [statement]))
         return name
+
+    def evaluated_at_definition(self, node: cst.CSTNode) -> bool:
+        """``node`` runs when its function or class is defined, at import for a module-level one: in a
+        parameter's default or a decorator."""
+        child, current = node, self.parent(node)
+        while current is not None and not isinstance(current, (cst.IndentedBlock, cst.Module,
+                                                                cst.SimpleStatementSuite, cst.Lambda)):
+            if isinstance(current, cst.Param) and current.default is child:
+                return True
+            if isinstance(current, cst.Decorator):
+                return True
+            child, current = current, self.parent(current)
+        return False
 
     def _usable(self, name: str, scope: Scope, own_scope: Scope | None, node: cst.CSTNode) -> bool:
         """A device variable of ``scope`` holds the device at ``node``. In the node's own scope: the binding

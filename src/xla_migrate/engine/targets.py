@@ -154,6 +154,17 @@ _SEEDS = {
     # ordinals (MASTER_ADDR/MASTER_PORT defaulted before it: the env:// rendezvous reads them).
     "xla_process_group": Spelling('"xla", rank={xm}.get_ordinal(), world_size={xm}.xrt_world_size()',
                                   removed_in=(2, 7)),
+    # The XLA device as a plain value: names the device without starting the runtime, so it may be built
+    # before the launcher (module level, default arguments, decorators). Each PJRT process's device is
+    # xla:0; the index keeps it valid where torch_xla asks for one (xm.xla_device_hw, torch_xla.amp.autocast).
+    # A device option's value is the type alone ("xla", device_type), as a user types it.
+    "lazy_device": Spelling('{torch}.device("xla:0")'),
+    # A device the user names in an option or a config: the seeds' API wants an index where it asks for the
+    # device (torch_xla.amp.autocast(device), xm.xla_device_hw(device) raise "Invalid device format: xla").
+    "device_name": Spelling('"xla:0"'),
+    "device_type": Spelling('"xla"'),
+    # Device memory figures (a dict; PJRT CPU has none: it raises).
+    "memory_info": Spelling("{xm}.get_memory_info({0})"),
 }
 
 _CURRENT = {
@@ -169,9 +180,14 @@ _CURRENT = {
     "compile_cache": Spelling("{xr}.initialize_cache({0}, readonly=False)", since=(2, 2)),
     # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state).
     "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("xla", enabled=False)', since=(2, 3)),
+    # The current API's autocast takes the type ("xla"), not the device: the option's value is what users type.
+    "device_name": Spelling('"xla"'),
     # The ddp form: torch.distributed on torch_xla's process group (``import torch_xla.distributed.xla_backend``
     # registers the "xla" backend and the xla:// init method, both 2.1+). Only targets of 2.1 or later have it.
     "xla_process_group": Spelling('"xla", init_method="xla://"', since=(2, 1)),
+    # torch_xla's dynamo backend for torch.compile (2.1+; the 1.13 generation had "torchxla_trace_once", so
+    # the sagemaker target drops torch.compile instead).
+    "dynamo_backend": Spelling('"openxla"', since=(2, 1)),
 }
 del _CURRENT["grad_scaler"]
 

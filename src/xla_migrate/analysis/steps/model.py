@@ -298,9 +298,11 @@ class StepModel(CallPaths, GradientReductions):
 
     def gets_device_loader(self, step: StepLoop) -> bool:
         """XLA301 wraps the loop's DataLoader: a training or evaluation loop over a DataLoader, not one that
-        accumulates by a guard (the device loader would mark every micro-step), not in an Accelerate script."""
+        accumulates by a guard (the device loader would mark every micro-step), not in an Accelerate script,
+        not where the device may be the CPU at run time (a device option: a device loader fails on the CPU,
+        and the step barrier XLA302 puts instead works on both)."""
         return (step.loader is not None and not self.ctx.facts.uses_accelerate and step.accumulation != "guard"
-                and not step.has_barrier)
+                and not step.has_barrier and not self.ctx.device_flow.may_be_cpu_at(step.loader))
 
     def iterates_device_loader(self, step: StepLoop) -> bool:
         """After migration the loop iterates a device loader: it already does, or XLA301 runs and wraps it."""
