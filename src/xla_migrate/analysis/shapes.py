@@ -224,12 +224,13 @@ def offset_slices(ctx: MigrationContext) -> list[cst.Subscript]:
     (``data = x.to(device)``, ``torch.randn(..., device=device)``), with bounds computed from the loop's own
     variables: each offset is a constant of a new graph."""
     found: list[cst.Subscript] = []
+    moves: dict[int, list] = {}  # per scope, computed once: a walk per loop made this quadratic
     for step in ctx.steps.loops.values():
         loop = step.loop
         loop_names = _loop_variables(loop)
         if not loop_names:
             continue
-        on_device = _device_tensors(ctx, step.function, loop)
+        on_device = _device_tensors(ctx, step.function, loop, moves)
         for node in patterns.find_all(loop.body, lambda n: isinstance(n, cst.Subscript)):
             value = node.value  # type: ignore[attr-defined]
             if not (isinstance(value, cst.Name) and value.value in on_device):
@@ -256,24 +257,34 @@ def _loop_variables(loop: cst.CSTNode) -> set[str]:
     return names
 
 
-def _device_tensors(ctx: MigrationContext, function, loop: cst.CSTNode) -> set[str]:
-    """Names bound before ``loop`` (in its function, or at module level) to a tensor on the device."""
+def _device_tensors(ctx: MigrationContext, function, loop: cst.CSTNode, moves: dict[int, list]) -> set[str]:
+    """Names bound before ``loop`` (in its function, or at module level) to a tensor on the device.
+    ``moves`` caches each scope's device assignments (position, names) across the loops of one file."""
     names: set[str] = set()
     scopes = [function.body] if function is not None else []
     scopes.append(ctx.module)
     loop_start = ctx.position(loop)
     for scope in scopes:
-        for assign in patterns.find_all(scope, lambda n: isinstance(n, cst.Assign)):
-            if ctx.position(assign) >= loop_start:
-                continue
-            value = assign.value  # type: ignore[attr-defined]
-            if not isinstance(value, cst.Call):
-                continue
-            moved = (patterns.method_call(value, "to", "cuda") and _device_argument(value)) or (
-                patterns.keyword(value, "device") is not None and any(
-                    q.startswith("torch.") for q in ctx.qualnames(value.func)))
-            if moved:
-                for target in assign.targets:  # type: ignore[attr-defined]
-                    if isinstance(target.target, cst.Name):
-                        names.add(target.target.value)
+        found = moves.get(id(scope))
+        if found is None:
+            found = moves[id(scope)] = _device_moves(ctx, scope)
+        for position, bound in found:
+            if position < loop_start:
+                names.update(bound)
     return names
+
+
+def _device_moves(ctx: MigrationContext, scope: cst.CSTNode) -> list:
+    """(position, names bound) of each assignment in ``scope`` of a tensor moved to or made on the device."""
+    found = []
+    for assign in patterns.find_all(scope, lambda n: isinstance(n, cst.Assign)):
+        value = assign.value  # type: ignore[attr-defined]
+        if not isinstance(value, cst.Call):
+            continue
+        moved = (patterns.method_call(value, "to", "cuda") and _device_argument(value)) or (
+            patterns.keyword(value, "device") is not None and any(
+                q.startswith("torch.") for q in ctx.qualnames(value.func)))
+        if moved:
+            bound = [t.target.value for t in assign.targets if isinstance(t.target, cst.Name)]  # type: ignore[attr-defined]
+            found.append((ctx.position(assign), bound))
+    return found
