@@ -228,3 +228,14 @@ def test_recursion_in_the_analysis_is_an_input_error_too():
     result = deep(sys.getrecursionlimit() - 250)
     assert not result.ok and result.error.message.startswith("too deeply nested for xla-migrate")
     assert migrate(source).ok
+
+
+def test_the_verifier_keeps_its_library_names():
+    """``from xla_migrate import verify; verify.verify(...)`` (the library use of the verifier, as tests/xla
+    runs it inside a torch_xla interpreter) still works now that verify is a package."""
+    from xla_migrate import verify
+    from xla_migrate.verify import core
+
+    assert verify.verify is core.verify and verify.find_python is core.find_python
+    with pytest.raises(AttributeError):
+        verify.no_such_name  # noqa: B018
