@@ -19,8 +19,9 @@ Why:
     torch_xla's ``xla`` backend runs ``dist.all_gather_into_tensor`` only from 2.8 (pytorch/xla #9332):
     in 2.5-2.7 its ``_allgather_base`` hands the output tensor to ``allgather``, which indexes it as a list
     (seen on 2.6.1: ``IndexError: invalid index of a 0-dim tensor``); before 2.5 it has no ``_allgather_base``.
-    ``dist.all_gather`` works on every release with the backend (2.1+; a 0-dim input from 2.3), so the ddp
-    form's output runs on the releases its report names (measured here: the same values as
+    ``dist.all_gather`` works on every release with the backend (a 0-dim input from 2.3), so the ddp form's
+    output runs on the releases its report names (both targets: the ``sagemaker`` ddp form, torch_xla 1.13's
+    process group, is proven on 2.6.1, where ``all_gather_into_tensor`` fails) (measured here: the same values as
     ``all_gather_into_tensor`` for both output shapes, a 0-dim and an integer input, on torch_xla 2.9.0, and
     the same on 2.6.1).
 
@@ -54,7 +55,6 @@ class AllGatherIntoTensorOnXlaBackend(Rule):
     summary = ("dist.all_gather_into_tensor(out, t) -> dist.all_gather(list(out.chunk(world_size)), t) on the xla "
                "process group (torch_xla < 2.8 fails on the former)")
     fix_safety = "safe"
-    targets = ("2.9",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

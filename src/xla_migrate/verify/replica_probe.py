@@ -9,9 +9,10 @@ weights. At world size 1 nothing differs between replicas, so the probe records 
 - every gradient reduction: ``xm.reduce_gradients`` (what ``xm.optimizer_step`` calls: at world size 1 it
   reduces nothing, so the probe records the gradients it would reduce) and ``xm.all_reduce`` given a list of
   tensors (in place: the explicit ``xm._fetch_gradients`` + ``xm.all_reduce``), by the tensors it got,
-  and reductions on the ``xla`` process group (``ProcessGroupXla.allreduce``) while a backward runs: DDP's
-  reducer all-reduces its gradient buckets then, and so do a program's own gradient hooks (``by``: "ddp" or
-  "hooks"); a metric's ``dist.all_reduce`` after the backward does not count;
+  and all-reduces while a backward runs (on the ``xla`` process group, ``ProcessGroupXla.allreduce``, or
+  ``xm.all_reduce`` itself): DDP's reducer all-reduces its gradient buckets then, and so do a program's own
+  gradient hooks (``by``: "ddp" or "hooks"; with an xm reduction as well, "both" and ``reduced_twice``); a
+  metric's ``dist.all_reduce`` after the backward does not count;
 - every optimizer update (a global step pre-hook, so ``opt.step()``, ``scaler.step(opt)`` and
   ``xm.optimizer_step(opt)`` alike): whether each gradient it steps was reduced since the last backward, and
   how many times;
@@ -97,6 +98,10 @@ def _patch_xla_model(xm) -> None:
                     fetched = _FETCHED.get(id(tensor))
                     if fetched is not None and fetched[0] is tensor:
                         _REDUCED[fetched[1]] = _REDUCED.get(fetched[1], 0) + 1
+                if _STATE.get("backwards_running", 0):
+                    # an all-reduce while a backward runs: a gradient hook's (the program's own, or DDP's
+                    # through the xla process group)
+                    _DDP_SINCE["count"] += 1
         return all_reduce(reduce_type, inputs, *args, **kwargs)
 
     xm.all_reduce = probed_all_reduce
