@@ -150,6 +150,7 @@ def _assert_replicas(probe: dict, by: str, updates: int | None = None, seeded_on
     if updates is not None:
         assert probe["updates"] == updates
     assert probe["unreduced"] == [], probe["unreduced"][:3]
+    assert probe["steps_nothing"] == [], probe["steps_nothing"][:3]
     if seeded_only:
         assert len(probe["unequal_start"]) == probe["updates"]
     else:
@@ -246,14 +247,22 @@ for step in range(3):
         optimizer.step()  # the local gradients: what a missed reduction looks like
     xm.mark_step()
     print(f"step {step} loss {loss.item():.6f}")
+# an optimizer built before its model moved: on XLA the move makes new parameters, the optimizer keeps the old
+stale = torch.nn.Linear(4, 1)
+stale_optimizer = torch.optim.SGD(stale.parameters(), lr=0.1)
+stale = stale.to(device)
+stale(torch.randn(8, 4, device=device)).sum().backward()
+xm.optimizer_step(stale_optimizer)
+xm.mark_step()
 """
 
 
-def test_probe_reports_unreduced_updates_and_unequal_replicas():
+def test_probe_reports_unreduced_updates_unequal_replicas_and_updates_that_step_nothing():
     probe_env, updates = _probe_env()
     run = xp.run_script(_python("sagemaker"), UNREDUCED, "sagemaker probe control", xla=True, extra_env=probe_env)
     assert run.returncode == 0, run.describe()
     probe = replica_probe.summarize(str(updates))
-    assert probe["updates"] == 3
+    assert probe["updates"] == 4
     assert [r["update"] for r in probe["unreduced"]] == [1, 2] and probe["by"] == ["none", "xm"]
-    assert len(probe["unequal_start"]) == 3, "no broadcast, no DDP: the replicas' weights are their own"
+    assert len(probe["unequal_start"]) == 4, "no broadcast, no DDP: the replicas' weights are their own"
+    assert [r["update"] for r in probe["steps_nothing"]] == [4]

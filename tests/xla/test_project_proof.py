@@ -3,9 +3,11 @@ the arguments and the distributed setup through utils.py, the loop in engine.py,
 the model in model.py) migrated as a tree runs on real torch_xla (PJRT CPU) like the original: the same losses
 within 1e-3, at most one graph execution per step after warm-up, and a checkpoint that plain torch loads.
 
-Each env runs its target's output in the target's default data-parallel form: current (torch_xla 2.9) the
-`2.9` target's ddp form, sagemaker (torch_xla 2.6.1) the `sagemaker` target's xm form; the original runs with
-plain torch (gloo) under torchrun's environment for one process.
+Each env runs its target's output in the default data-parallel form, auto, which keeps DDP for this project
+(the update is in utils.LossScaler.__call__, which engine.py's loop calls): current (torch_xla 2.9) the `2.9`
+target's ddp form, sagemaker (torch_xla 2.6.1) the `sagemaker` target's (torch_xla 1.13's process group,
+xmp.spawn); tests/xla/test_data_parallel_proof.py runs its xm form too. The original runs with plain torch
+(gloo) under torchrun's environment for one process.
 """
 
 from __future__ import annotations

@@ -16,8 +16,11 @@ weights. At world size 1 nothing differs between replicas, so the probe records 
 - every optimizer update (a global step pre-hook, so ``opt.step()``, ``scaler.step(opt)`` and
   ``xm.optimizer_step(opt)`` alike): whether each gradient it steps was reduced since the last backward, and
   how many times;
-- the initial replicas: whether each parameter of the first update was broadcast (``xm.collective_broadcast``)
-  or belongs to a module DDP wrapped (DDP broadcasts rank 0's weights when it wraps the module).
+- the initial replicas: whether each parameter of the update was broadcast (``xm.collective_broadcast``)
+  or belongs to a module DDP wrapped (DDP broadcasts rank 0's weights when it wraps the module);
+- an update whose parameters have no gradient at all after a backward ("steps_nothing"): the optimizer holds
+  parameters the model no longer uses (built before ``Module.to`` moved the model to XLA, which makes new
+  parameter objects there), so the weights never change.
 
 With ``XLA_REPLICA_PROBE_FILE=path`` set, one JSON line per update is appended to ``path`` (one file for the
 launcher's worker processes too: each appends its own lines, with its pid):
@@ -188,6 +191,9 @@ def _pre_step(optimizer, args, kwargs) -> None:
             "optimizer": type(optimizer).__name__,
             "gradients": len(gradients),
             "reduced": by_xm or by_ddp or not gradients,
+            # a backward ran but none of the optimizer's parameters has a gradient: it steps copies the model
+            # no longer uses (an optimizer built before Module.to moved the model to XLA: new parameters there)
+            "steps_nothing": not gradients and _STATE["backwards"] > 0,
             "reduced_twice": (by_xm and by_ddp) or any(t > 1 for t in times),
             "by": ("both" if by_xm and by_ddp else "xm" if by_xm else "hooks" if hooks else "ddp" if by_ddp
                    else "none"),
@@ -267,5 +273,6 @@ def summarize(path: str) -> dict:
         "unreduced": [r for r in records if not r["reduced"]],
         "reduced_twice": [r for r in records if r["reduced_twice"]],
         "unequal_start": [r for r in records if not r["broadcast"]],
+        "steps_nothing": [r for r in records if r.get("steps_nothing")],
         "by": sorted({r["by"] for r in records}),
     }
