@@ -93,6 +93,8 @@ class CudaApisToXla(Rule):
         self._syncs: list[cst.Call] = []
         self._events: dict[str, cst.Assign] = {}  # spelling bound to a CUDA event -> its binding
         self._event_uses: dict[str, list[cst.Attribute]] = {}  # spelling -> `<spelling>.<attr>` uses
+        # Read per attribute visited: one scan of the input here, not one per visit (quadratic on large files).
+        self._events_seen = "Event" in ctx.input_code
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value == "pin_memory":
@@ -184,10 +186,6 @@ class CudaApisToXla(Rule):
                 self._may_free_imports(node.func)
 
     # Timing: synchronize and events ---------------------------------------------------------------------
-    @property
-    def _events_seen(self) -> bool:
-        return "Event" in self.ctx.input_code
-
     def _timing_events(self) -> list[str]:
         """The event names whose every mention in the file is its binding, a ``.record()`` /
         ``.synchronize()`` / ``.wait()`` statement of its own, or a side of ``.elapsed_time()``."""
