@@ -306,7 +306,12 @@ def test_every_distributed_runnable_fixture_runs_in_both_forms_in_the_proof_tier
                   if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DISTRIBUTED")
     runnable = sorted((root / "fixtures" / "runnable").glob("*.py"))
     distributed = {p.stem for p in runnable if migrate(p.read_bytes(), target="2.9", path=p.name).data_parallel}
-    assert distributed and distributed <= set(listed), distributed - set(listed)
+    # Proven elsewhere, with why: launched_device launches one worker itself and initialises a process group
+    # only when world > 1, with no DDP wrapper: no update to reduce, nothing the replica probe could show
+    # (tests/xla/test_gates_proof.py runs it for what it is about, no XLA device before the launcher).
+    elsewhere = {"launched_device"}
+    assert distributed and distributed - elsewhere <= set(listed), distributed - elsewhere - set(listed)
+    assert elsewhere <= distributed, "an exemption no longer needed: remove it"
     for name in listed:
         assert (root / "fixtures" / "runnable" / f"{name}.py").exists() or (
             root / "fixtures" / "scripts" / f"{name}.in.py").exists(), name

@@ -19,7 +19,7 @@ MAIN = '\n\nif __name__ == "__main__":\n    main()\n'
 
 def xm_form(body: str, main_guard: bool = True, target: str = "2.9"):
     source = HEADER + textwrap.dedent(body) + (MAIN if main_guard else "")
-    form = "xm" if target == "2.9" else None
+    form = "xm"
     result = migrate(source, target=target, data_parallel=form, distributed=True)
     assert result.error is None, result.error
     assert not [f for f in result.findings if f.code == "XLA000"], result.findings
@@ -100,7 +100,7 @@ def test_an_uncalled_function_of_a_module_without_main_block_stays():
 
 def test_single_device_form_and_the_ddp_form_keep_what_still_does_something():
     body = "def cleanup():\n    dist.destroy_process_group()\n\n\ndef main():\n    dist.init_process_group('nccl')\n    cleanup()\n"
-    ddp = migrate(HEADER + body + MAIN, target="2.9")
+    ddp = migrate(HEADER + body + MAIN, target="2.9", data_parallel="ddp")
     assert ddp.data_parallel == "ddp" and "def cleanup():\n    dist.destroy_process_group()" in ddp.code
     assert "    cleanup()\n" in ddp.code
 
@@ -202,7 +202,8 @@ def test_collectives_xla411_cannot_rewrite_keep_the_process_group_with_a_finding
 
 def test_all_gather_into_tensor_kept_on_the_xla_group_becomes_all_gather_into_the_outputs_chunks():
     """XLA412 in the xm form: the call XLA411 rewrites is left to it; one with group= stays on the kept xla
-    group and becomes dist.all_gather into out's chunks (torch_xla < 2.8 fails on all_gather_into_tensor)."""
+    group and becomes dist.all_gather into out's chunks (torch_xla < 2.8 fails on all_gather_into_tensor), on
+    both targets: the sagemaker target keeps an xla process group too."""
     result = xm_form('''\
         def main(t, out, group):
             dist.init_process_group("nccl")
@@ -218,13 +219,13 @@ def test_all_gather_into_tensor_kept_on_the_xla_group_becomes_all_gather_into_th
         def main(t, out, group):
             dist.all_gather_into_tensor(out, t, group=group)
     ''', target="sagemaker")
-    assert "dist.all_gather_into_tensor(out, t, group=group)" in sagemaker.code  # no xla backend to keep it on
-    assert not [c for c in sagemaker.changes if c.code == "XLA412"]
+    assert "    dist.all_gather(list(out.chunk(dist.get_world_size(group))), t, group=group)\n" in sagemaker.code
+    assert [c.line for c in sagemaker.changes if c.code == "XLA412"] == [8]
 
 
 def test_broadcast_on_sagemaker_becomes_collective_broadcast_and_one_whose_value_is_used_is_reported():
     """torch_xla has xm.collective_broadcast since 1.13: the sagemaker target rewrites dist.broadcast too. A
-    broadcast whose work handle is used stays, reported (sagemaker has no xla backend to keep it on)."""
+    broadcast whose work handle is used stays on the process group, kept on the xla backend, and is reported."""
     result = xm_form('''\
         def main(t):
             dist.init_process_group("nccl")
@@ -236,10 +237,11 @@ def test_broadcast_on_sagemaker_becomes_collective_broadcast_and_one_whose_value
     code = result.code
     assert "for gathered_tensor, chunk in zip(gathered, xm.all_gather(t.unsqueeze(0))):" in code
     assert "    xm.collective_broadcast([t], root_ordinal=0)\n" in code
-    assert "    work = dist.broadcast(t, 1)\n" in code and "init_process_group" not in code
+    assert "    work = dist.broadcast(t, 1)\n" in code
+    assert 'dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size())' in code
     reported = [f.message for f in result.findings if f.code == "XLA404"]
-    assert len(reported) == 1 and reported[0].startswith("dist.broadcast(t, 1): a torch.distributed collective "
-                                                         "needs a process group"), reported
+    assert len(reported) == 1 and reported[0].startswith("dist.broadcast(t, 1): this torch.distributed "
+                                                         "collective has no xm form here"), reported
 
 
 def test_in_a_project_an_imported_module_keeps_its_emptied_function(tmp_path):

@@ -163,7 +163,7 @@ def test_migrate_verify_checks_what_it_wrote_against_the_input(env, tmp_path):
     out = tmp_path / "sgd_xla.py"
     source = xp.SCRIPT_BY_NAME["sgd_item_save"].path
     proc = subprocess.run([str(CLI), str(source), "--out", str(out), "--target", xp.TARGETS[env], "--verify",
-                           "--format", "json"], capture_output=True, text=True, cwd=tmp_path,
+                           "--output-format", "json-report"], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "XLA_MIGRATE_PYTHON": str(python)}, timeout=700)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["files"][0]["changed"]  # stdout: the migration's JSON report, alone

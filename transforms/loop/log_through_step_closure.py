@@ -204,24 +204,27 @@ class LogThroughStepClosure(Rule):
         return depth * len(self.ctx.module.default_indent.expandtabs(4))
 
 
+class _BreakFinder(cst.CSTVisitor):
+    """Finds a ``break`` of the loop whose body it visits (not of a loop nested in it, nor in a nested function)."""
+
+    found = False
+
+    def visit_Break(self, node: cst.Break) -> None:
+        self.found = True
+
+    def visit_For(self, node: cst.For) -> bool:
+        return False
+
+    def visit_While(self, node: cst.While) -> bool:
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+
 def _breaks(loop: cst.For | cst.While) -> bool:
     """A ``break`` of this loop (not of a loop nested in it, nor in a nested function)."""
-    class Finder(cst.CSTVisitor):
-        found = False
-
-        def visit_Break(self, node: cst.Break) -> None:
-            self.found = True
-
-        def visit_For(self, node: cst.For) -> bool:
-            return False
-
-        def visit_While(self, node: cst.While) -> bool:
-            return False
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return False
-
-    finder = Finder()
+    finder = _BreakFinder()
     loop.body.visit(finder)
     return finder.found
 

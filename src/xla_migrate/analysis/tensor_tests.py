@@ -71,15 +71,16 @@ class _TensorParts(cst.CSTVisitor):
         return True
 
 
+class _IdentityComparisonsDropped(cst.CSTTransformer):
+    def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
+        if all(isinstance(t.operator, (cst.Is, cst.IsNot)) for t in updated.comparisons):
+            return cst.Name("None")
+        return updated
+
+
 def _without_host_parts(test: cst.BaseExpression) -> cst.BaseExpression:
     """The test with its identity comparisons dropped (``x is None`` reads nothing)."""
-    class Strip(cst.CSTTransformer):
-        def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
-            if all(isinstance(t.operator, (cst.Is, cst.IsNot)) for t in updated.comparisons):
-                return cst.Name("None")
-            return updated
-
-    return test.visit(Strip())  # type: ignore[return-value]
+    return test.visit(_IdentityComparisonsDropped())  # type: ignore[return-value]
 
 
 def batch_names(ctx: MigrationContext, region: Region) -> set[str]:

@@ -174,7 +174,7 @@ def _verify_target(inputs, out, in_place, dry, root=None, ignorer=None) -> tuple
         return (inputs[0], None, None, project_root) if in_place else (out, inputs[0], None, project_root)
     if not os.path.isdir(inputs[0]):
         raise UsageError(usage)
-    from ..analysis.project import index_for
+    from .discovery import index_for
 
     folder = os.path.abspath(inputs[0])
     index = index_for(folder, ignorer)

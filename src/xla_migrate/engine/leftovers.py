@@ -96,7 +96,7 @@ def _statement_calls(ctx: MigrationContext, function: cst.FunctionDef) -> tuple[
         isinstance(scope, GlobalScope) and ctx.project is not None) else []
     if importers:
         return [], f"{', '.join(importers)} imports this module (and may call it)"
-    if function in ctx.edits.before or function in ctx.edits.after:
+    if _inserted_code_names(ctx, function, name):
         return [], "the migration adds code next to it that uses it"
     calls: list[cst.Expr] = []
     for access in assignments[0].references:
@@ -114,6 +114,17 @@ def _statement_calls(ctx: MigrationContext, function: cst.FunctionDef) -> tuple[
     if not calls and isinstance(scope, GlobalScope) and ctx.facts.main_guard is None:
         return [], "nothing in this file calls it, and another module may import it"
     return calls, None
+
+
+def _inserted_code_names(ctx: MigrationContext, function: cst.FunctionDef, name: str) -> bool:
+    """Code the migration inserts beside ``function`` names it (``_mp_fn`` calling ``main``); code that is only
+    anchored there (a module-level setting placed before the first definition) does not keep it."""
+    for table in (ctx.edits.before, ctx.edits.after):
+        for _, statements in table.get(function, ()):
+            if any(n.value == name for statement in statements
+                   for n in patterns.find_all(statement, lambda n: isinstance(n, cst.Name))):
+                return True
+    return False
 
 
 def _exported(ctx: MigrationContext, scope: GlobalScope, name: str) -> bool:

@@ -223,18 +223,22 @@ class _AfterImport:
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
-        loader, patch = spec.loader, self.patches[name]
-
-        class Loader:
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                loader.exec_module(module)
-                patch(module)
-
-        spec.loader = Loader()
+        spec.loader = _PatchingLoader(spec.loader, self.patches[name])
         return spec
+
+
+class _PatchingLoader:
+    """Loads a module with its own loader, then patches it."""
+
+    def __init__(self, loader, patch) -> None:
+        self.loader, self.patch = loader, patch
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.patch(module)
 
 
 def _patch_torch(torch) -> None:
