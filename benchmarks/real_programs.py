@@ -25,7 +25,8 @@ data in the shape the program reads, then:
    draw random numbers on the device: the smoothed curves, relative L1 within 10%; AMP: finite and
    decreasing); gives its own verdict, and whether verify's verdict agrees with it;
 5. where the recipe names how: resumes from the checkpoint the run wrote (original and output alike) and
-   compares the resumed losses. The replica check (issue 28's checker) is "n/a" until verify has one.
+   compares the resumed losses. The replicas column is verify's replica probe: "1 proc" for a single-process
+   run, "ok" for a data-parallel one whose every update was reduced once, else the unreduced updates.
 
 Stdout gets one table (a row per program and target) and a summary per target; ``--json PATH`` keeps every
 figure (both loss curves, verify's report, the migration's counts); ``--compare OLD.json`` prints what got
@@ -278,7 +279,7 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     slug = name.replace(" ", "-").replace(".", "")
     out = work / f"out-{slug}"
     env_name = ENV_OF_TARGET[target]
-    record: dict = {"label": name, "target": target, "form": form, "env": env_name, "replica": "n/a"}
+    record: dict = {"label": name, "target": target, "form": form, "env": env_name}
     record["migrate"] = migrate(recipe, ctx, orig, out, target, form)
     if record["migrate"]["exit_status"] != 0 or not (out / recipe.entry).exists():
         record["skipped"] = f"migration failed: {record['migrate'].get('error')}"

@@ -195,11 +195,23 @@ def run_cell(variant: dict) -> str:
     return "ok" if run.get("exit_status") == 0 else ("crash" if run.get("exit_status") is not None else "no report")
 
 
+def replica_cell(report: dict | None) -> str:
+    """verify's replica probe: "1 proc" for a single-process run, else "ok" or what would set replicas apart."""
+    replicas = (report or {}).get("replicas")
+    if not replicas or not replicas["updates"]:
+        return "-"
+    if not replicas["data_parallel"]:
+        return "1 proc"
+    wrong = [f"{replicas[key]} {short}" for key, short in (("unreduced", "unred"), ("reduced_twice", "twice"))
+             if replicas[key]]
+    return ", ".join(wrong) or "ok"
+
+
 def rows(results: list[dict]) -> list[list[str]]:
     table = []
     for program in results:
         if program.get("error"):
-            table.append([program["name"], "-", "-", "recipe error", *["-"] * 9])
+            table.append([program["name"], "-", "-", "recipe error", *["-"] * 10])
             continue
         original_ok = program["original"]["exit_status"] == 0
         for v in program["variants"]:
@@ -214,12 +226,12 @@ def rows(results: list[dict]) -> list[list[str]]:
             table.append([program["name"], v["label"], migrated, run, losses_cell(v.get("losses")),
                           _num(own.get("compiles_after_warmup")), _num(own.get("executions_per_step"), "{:.2g}"),
                           _num(own.get("reads_per_step"), "{:.2g}"), _num(fallbacks), v.get("status", "-"),
-                          verdict, agrees, (v.get("resume") or {}).get("status", "n/a")])
+                          verdict, agrees, replica_cell(report), (v.get("resume") or {}).get("status", "n/a")])
     return table
 
 
 HEADER = ["program", "target", "chg/find", "run", "losses", "late comp", "exec/step", "reads/step", "fallback",
-          "own verdict", "verify", "agree", "resume"]
+          "own verdict", "verify", "agree", "replicas", "resume"]
 
 
 def render_table(results: list[dict]) -> list[str]:
@@ -269,7 +281,7 @@ def summarize(results: list[dict]) -> dict[str, dict]:
             s = out.setdefault(v["label"], {"programs": 0, "original_ran": 0, "run": 0, "ran_clean_exit": 0,
                                             "new_crashes": 0, "losses_equal": 0, "one_graph_per_step": 0,
                                             "no_late_compiles": 0, "no_fallbacks": 0, "verify_agrees": 0,
-                                            "not_run": 0})
+                                            "not_run": 0, "data_parallel": 0, "unreduced": 0})
             s["programs"] += 1
             if not original_ok:
                 continue
@@ -288,6 +300,9 @@ def summarize(results: list[dict]) -> dict[str, dict]:
             s["no_late_compiles"] += "recompilation" not in problems
             s["no_fallbacks"] += "fallback" not in problems
             s["verify_agrees"] += bool(v.get("agrees"))
+            cell = replica_cell((v.get("verify") or {}).get("report"))
+            s["data_parallel"] += cell not in ("-", "1 proc")
+            s["unreduced"] += cell not in ("-", "1 proc", "ok")
     return out
 
 
@@ -299,7 +314,8 @@ def render_summary(summary: dict[str, dict]) -> list[str]:
                      f"{s['new_crashes']} crashes the original did not have; {s['losses_equal']} losses equal "
                      f"to the original, {s['one_graph_per_step']} at one graph execution per step, "
                      f"{s['no_late_compiles']} without compilations after warm-up, {s['no_fallbacks']} without "
-                     f"CPU fallbacks; verify agrees on {s['verify_agrees']}")
+                     f"CPU fallbacks; verify agrees on {s['verify_agrees']}; data-parallel {s.get('data_parallel', 0)}, "
+                     f"of which with unreduced updates {s.get('unreduced', 0)}")
     return lines
 
 

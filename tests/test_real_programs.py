@@ -231,3 +231,25 @@ def test_the_json_of_a_run_round_trips_through_compare(tmp_path):
     path.write_text(json.dumps(doc))
     lines = measure.compare(json.loads(path.read_text()), doc)
     assert lines == ["better (0):", "worse (0):"]
+
+
+def test_the_replicas_column_reads_verify_s_replica_probe():
+    def report(updates=4, data_parallel=True, unreduced=0, reduced_twice=0):
+        return {"replicas": {"updates": updates, "data_parallel": data_parallel, "unreduced": unreduced,
+                             "reduced_twice": reduced_twice, "unequal_start": 0, "steps_nothing": 0,
+                             "reduced_by": ["xm"]}}
+
+    assert measure.replica_cell(None) == "-" and measure.replica_cell({}) == "-"
+    assert measure.replica_cell(report(updates=0)) == "-"
+    assert measure.replica_cell(report(data_parallel=False, unreduced=4)) == "1 proc"
+    assert measure.replica_cell(report()) == "ok"
+    assert measure.replica_cell(report(unreduced=3, reduced_twice=1)) == "3 unred, 1 twice"
+    program = {"name": "p", "original": {"exit_status": 0}, "variants": [
+        {**variant(), "migrate": {"exit_status": 0}, "problems": []},
+        {**variant("sagemaker"), "migrate": {"exit_status": 0}, "problems": []}]}
+    program["variants"][0]["verify"]["report"].update(report(unreduced=2))
+    program["variants"][1]["verify"]["report"].update(report())
+    summary = measure.summarize([program])
+    assert (summary["2.9"]["data_parallel"], summary["2.9"]["unreduced"]) == (1, 1)
+    assert (summary["sagemaker"]["data_parallel"], summary["sagemaker"]["unreduced"]) == (1, 0)
+    assert "2 unred" in measure.render_table([program])[2]

@@ -473,3 +473,33 @@ def test_the_loaders_hooks_on_plain_torch_record_the_choices_and_deterministic_s
     assert events["optimizer"]["devices"] == {"cpu": 81} and events["optimizer"]["optimizer"] == "SGD"
     normal = verify_run.run_plain(str(python_for(CURRENT)), script, timeout=300)
     assert "dropout off False" in normal.stdout and "functional off False" in normal.stdout
+
+
+# Replicas: the probe in the XLA run ----------------------------------------------------------------------------
+@pytest.mark.parametrize("env", ENVS)
+def test_a_data_parallel_run_whose_updates_are_reduced_is_clean_and_says_so(env):
+    code, report, _ = verify(env, "data_parallel", "--against", str(FIXTURES / "original.py"))
+    assert (code, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    assert report["replicas"] == {"updates": 12, "data_parallel": True, "unreduced": 0, "reduced_twice": 0,
+                                  "unequal_start": 12, "steps_nothing": 0, "reduced_by": ["xm"]}
+    text = verify(env, "data_parallel", "--against", str(FIXTURES / "original.py"), "--format", "text")[1]
+    assert ("  replicas: 12 data-parallel optimizer updates, 0 unreduced, 0 reduced twice (by xm); 12 from weights "
+            "neither broadcast nor DDP-wrapped") in text, text
+
+
+def test_a_data_parallel_run_with_unreduced_updates_diverges_though_its_losses_match():
+    """World size 1: the losses equal the original's, yet every update steps unreduced gradients."""
+    code, report, _ = verify("current", "data_parallel", "--against", str(FIXTURES / "original.py"), "--",
+                             "--unreduced")
+    assert (code, report["verdict"]["status"]) == (1, "divergence"), report["verdict"]["line"]
+    assert report["losses"]["max_delta"] <= 1e-3 and report["losses"]["ok"]
+    assert [p["kind"] for p in report["verdict"]["problems"]] == ["replicas"]
+    assert report["verdict"]["problems"][0]["message"].startswith(
+        "12 of 12 optimizer updates of this data-parallel run stepped gradients no all-reduce reached")
+    assert report["replicas"]["unreduced"] == 12 and report["replicas"]["reduced_by"] == ["none"]
+
+
+def test_a_single_process_run_is_not_judged_for_replicas():
+    code, report, _ = verify("current", "clean_loop", "--against", str(FIXTURES / "original.py"))
+    assert report["replicas"]["data_parallel"] is False and report["replicas"]["updates"] == 12
+    assert report["replicas"]["unreduced"] == 12 and code == 0  # optimizer.step() on one device reduces nothing

@@ -17,6 +17,9 @@ observes the run and writes what it sees as JSON lines to ``$XLA_MIGRATE_VERIFY_
 - through its second file (:mod:`xla_migrate.verify.child_hooks`, copied beside it as
   ``xla_migrate_verify_hooks.py``): what else makes the run's random numbers differ (dropout in train mode,
   unseeded generators), where the trained parameters live, mixed precision and what chose the device.
+- through its third file (:mod:`xla_migrate.verify.replica_probe`, copied as ``xla_migrate_replica_probe.py``):
+  whether each optimizer update of a data-parallel run stepped gradients all-reduced once, and from replicas
+  that started equal.
 
 The same loader runs in the original's process on plain torch (no torch_xla there): it records the
 randomness and the optimizers, and ``--deterministic`` switches dropout off there too.
@@ -387,3 +390,9 @@ if _RECORD:
     _watch_warnings()
     atexit.register(_at_exit)
 _run_shadowed_sitecustomize()
+# The replica probe (verify sets XLA_REPLICA_PROBE_FILE for the XLA run only); a probe the shadowed
+# sitecustomize installed already (the proof tier's copy) is left to record alone.
+if _RECORD and os.environ.get("XLA_REPLICA_PROBE_FILE") and "replica_probe" not in sys.modules:
+    import xla_migrate_replica_probe
+
+    xla_migrate_replica_probe.install()

@@ -148,6 +148,7 @@ def assess(observation: Observation, script: str, args=(), *, python: str | None
             seen[key] = seen.get(key, 0) + 1
     report.deprecations = [{"message": m, "where": w, "count": n} for (m, w), n in seen.items()]
     report.placement = _placement(observation, last, script, cwd)
+    report.replicas = replica_figures(observation.replicas)
 
     _find_run_problems(report, observation, window, recompiles, allowed, executions_late, outside_late)
     crashed = any(p.kind in ("crash", "timeout") for p in report.problems)
@@ -329,6 +330,36 @@ def _find_run_problems(report: Report, observation: Observation, window: int, re
     if report.fallback_ops:
         names = ", ".join(f"{f['op']} ({f['count']})" for f in report.fallback_ops)
         problems.append(Problem("fallback", f"ops without an XLA lowering ran on the CPU: {names}"))
+    problems += replica_problems(report.replicas)
+
+
+def replica_figures(summary: dict | None) -> dict:
+    """The replica probe's counts: every update, and those of a data-parallel run that would make replicas
+    differ (world size 1 shows no difference in the losses, so the probe is what can tell)."""
+    summary = summary or {}
+    return {"updates": summary.get("updates", 0), "data_parallel": bool(summary.get("distributed")),
+            **{key: len(summary.get(key, [])) for key in ("unreduced", "reduced_twice", "unequal_start",
+                                                          "steps_nothing")},
+            "reduced_by": list(summary.get("by", []))}
+
+
+def replica_problems(replicas: dict) -> list[Problem]:
+    updates, problems = replicas["updates"], []
+    if replicas["steps_nothing"]:
+        problems.append(Problem("replicas", f"{replicas['steps_nothing']} of {updates} optimizer updates stepped "
+                                "parameters with no gradient: the optimizer holds parameters the model no longer "
+                                "uses (built before the model moved to the XLA device?), so no weight changes"))
+    if not replicas["data_parallel"]:
+        return problems
+    if replicas["unreduced"]:
+        problems.append(Problem("replicas", f"{replicas['unreduced']} of {updates} optimizer updates of this "
+                                "data-parallel run stepped gradients no all-reduce reached: each replica steps "
+                                "its own, and they drift apart (xm.optimizer_step, or DDP on the xla backend)"))
+    if replicas["reduced_twice"]:
+        problems.append(Problem("replicas", f"{replicas['reduced_twice']} of {updates} optimizer updates stepped "
+                                "gradients all-reduced twice (DDP or the program's own hooks, and "
+                                "xm.optimizer_step): each update is the world size times too large"))
+    return problems
 
 
 def is_amp(*sources: str) -> bool:

@@ -21,6 +21,9 @@ weights. At world size 1 nothing differs between replicas, so the probe records 
 - an update whose parameters have no gradient at all after a backward ("steps_nothing"): the optimizer holds
   parameters the model no longer uses (built before ``Module.to`` moved the model to XLA, which makes new
   parameter objects there), so the weights never change.
+- whether the update runs in a data-parallel program ("distributed"): a process group is initialised, the
+  process was started by ``xmp.spawn`` / ``torch_xla.launch`` (which call it) or by torchrun. Unreduced updates
+  matter only there: a single-device program's ``optimizer.step()`` reduces nothing, rightly.
 
 With ``XLA_REPLICA_PROBE_FILE=path`` set, one JSON line per update is appended to ``path`` (one file for the
 launcher's worker processes too: each appends its own lines, with its pid):
@@ -187,6 +190,7 @@ def _pre_step(optimizer, args, kwargs) -> None:
         hooks = by_ddp and not all(id(p) in _DDP_PARAMETERS for p in parameters)
         record = {
             "pid": os.getpid(),
+            "distributed": _distributed(),
             "update": _STATE["updates"],
             "optimizer": type(optimizer).__name__,
             "gradients": len(gradients),
@@ -203,6 +207,30 @@ def _pre_step(optimizer, args, kwargs) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+
+
+# Set in the launcher's process before it starts the workers, so they inherit it (they run in new interpreters).
+_LAUNCHED = "XLA_REPLICA_PROBE_LAUNCHED"
+
+
+def _distributed() -> bool:
+    if os.environ.get(_LAUNCHED) == "1" or os.environ.get("TORCHELASTIC_RUN_ID"):
+        return True
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+def _patch_launcher(xmp) -> None:
+    if getattr(xmp, "_replica_probe", False):
+        return
+    xmp._replica_probe = True
+    spawn = xmp.spawn
+
+    def probed_spawn(*args, **kwargs):
+        os.environ[_LAUNCHED] = "1"
+        return spawn(*args, **kwargs)
+
+    xmp.spawn = probed_spawn
 
 
 class _AfterImport:
@@ -256,7 +284,8 @@ def install() -> None:
     _STATE["installed"] = True
     patches = {"torch.optim.optimizer": lambda m: _patch_torch(sys.modules["torch"]),
                "torch_xla.core.xla_model": _patch_xla_model,
-               "torch_xla.distributed.xla_backend": _patch_process_group}
+               "torch_xla.distributed.xla_backend": _patch_process_group,
+               "torch_xla.distributed.xla_multiprocessing": _patch_launcher}
     for name, patch in list(patches.items()):
         if name in sys.modules:
             patch(sys.modules[name])
@@ -279,4 +308,5 @@ def summarize(path: str) -> dict:
         "unequal_start": [r for r in records if not r["broadcast"]],
         "steps_nothing": [r for r in records if r.get("steps_nothing")],
         "by": sorted({r["by"] for r in records}),
+        "distributed": any(r.get("distributed") for r in records),
     }

@@ -2,9 +2,9 @@
 
 Statuses, first that applies: ``cannot-run`` (exit 2: the check could not be made; the XLA run's figures are
 kept when it ran), ``crash`` (exit 1), ``not-on-xla`` (exit 1: no graph ran on the XLA device, or the trained
-parameters never lived there), ``divergence`` (exit 1: the losses), ``slowdown`` (exit 1), ``clean`` (exit 0).
+parameters never lived there), ``divergence`` (exit 1: the losses, or replicas that train apart), ``slowdown`` (exit 1), ``clean`` (exit 0).
 A check that could not compare the losses but found problems in the XLA run reports those problems (exit 1),
-with the reason it did not compare. JSON schema: docs/verify.schema.json (``xla-migrate-verify`` version 2).
+with the reason it did not compare. JSON schema: docs/verify.schema.json (``xla-migrate-verify`` version 3).
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from .losses import DEFAULT_LOSS_REGEX
 
 SCHEMA = "xla-migrate-verify"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 EXIT_CLEAN, EXIT_PROBLEM, EXIT_CANNOT_RUN = 0, 1, 2
 
 
 @dataclass
 class Problem:
-    # crash, timeout, not-on-xla, no-step-marker, recompilation, executions, host-reads, fallback, losses
+    # crash, timeout, not-on-xla, no-step-marker, recompilation, executions, host-reads, fallback, replicas,
+    # losses
     kind: str
     message: str
 
@@ -43,6 +44,7 @@ class Report:
     fallback_ops: list[dict] = field(default_factory=list)
     deprecations: list[dict] = field(default_factory=list)
     placement: dict = field(default_factory=dict)
+    replicas: dict = field(default_factory=dict)
     losses: dict = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -61,7 +63,7 @@ class Report:
             return "crash"
         if "not-on-xla" in kinds:
             return "not-on-xla"
-        if "losses" in kinds:
+        if kinds & {"losses", "replicas"}:  # replicas: they train apart even where world size 1 shows no loss change
             return "divergence"
         return "slowdown" if kinds else "clean"
 
@@ -93,7 +95,7 @@ class Report:
             "warnings": list(self.warnings),
             "run": self.run, "steps": self.steps, "compilations": self.compilations,
             "executions": self.executions, "host_reads": self.host_reads, "fallback_ops": self.fallback_ops,
-            "deprecations": self.deprecations, "placement": self.placement,
+            "deprecations": self.deprecations, "placement": self.placement, "replicas": self.replicas,
             "losses": {**self.losses, "values": json_numbers(self.losses.get("values") or []),
                        "original": None if self.losses.get("original") is None
                        else json_numbers(self.losses["original"])},
@@ -123,6 +125,8 @@ def cannot_run_report(script: str, args, python: str | None, device: str, reason
     report.host_reads = {"scalar_reads": 0, "transfers": 0, "in_step_closures": 0, "outside_per_step": None,
                          "sites": [], "forced_executions": []}
     report.placement = {"on_xla": None, "parameters": {}, "optimizers": [], "likely_cause": None}
+    report.replicas = {"updates": 0, "data_parallel": False, "unreduced": 0, "reduced_twice": 0,
+                       "unequal_start": 0, "steps_nothing": 0, "reduced_by": []}
     report.losses = empty_losses()
     return report
 
@@ -211,10 +215,23 @@ def render_text(report: Report) -> list[str]:
         lines.append(f"    {warning['where']}: {warning['message']}" + (f" ({warning['count']}x)"
                                                                       if warning["count"] > 1 else ""))
     lines.append("  " + _placement_line(report.placement))
+    if report.replicas.get("updates"):
+        lines.append("  " + _replicas_line(report.replicas))
     lines.extend("  " + line for line in _loss_lines(report.losses, report.deterministic))
     lines.extend(f"  warning: {warning}" for warning in report.warnings)
     lines.append(report.verdict)
     return lines
+
+
+def _replicas_line(replicas: dict) -> str:
+    if not replicas["data_parallel"]:
+        return f"replicas: single process ({replicas['updates']} optimizer updates, none data-parallel)"
+    start = ("every one from equal replicas (broadcast or DDP-wrapped)" if not replicas["unequal_start"] else
+             f"{replicas['unequal_start']} from weights neither broadcast nor DDP-wrapped (equal only if every "
+             "process seeds alike)")
+    return (f"replicas: {replicas['updates']} data-parallel optimizer updates, {replicas['unreduced']} unreduced, "
+            f"{replicas['reduced_twice']} reduced twice (by {', '.join(replicas['reduced_by']) or 'nothing'}); "
+            f"{start}")
 
 
 def _placement_line(placement: dict) -> str:

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .replica_probe import summarize as summarize_replicas
+
 HOW_TO_GET_TORCH_XLA = ("create one with `python3 -m venv xla-env && xla-env/bin/pip install torch torch-xla` "
                         "and pass --python xla-env/bin/python")
 WORKDIR_PREFIX = "xla-migrate-verify-"
@@ -305,7 +307,8 @@ def remove_stale_workdirs() -> list[str]:
     return removed
 
 
-LOADER_FILES = {"sitecustomize.py": "child.py", "xla_migrate_verify_hooks.py": "child_hooks.py"}
+LOADER_FILES = {"sitecustomize.py": "child.py", "xla_migrate_verify_hooks.py": "child_hooks.py",
+                "xla_migrate_replica_probe.py": "replica_probe.py"}
 
 
 def loader_source(name: str = "sitecustomize.py") -> str:
@@ -350,6 +353,7 @@ class Observation:
     processes: int = 0  # processes that imported torch_xla
     workdir: Path | None = None
     events: list[dict] = field(default_factory=list)  # OBSERVED_EVENTS' events, of every process
+    replicas: dict | None = None  # the replica probe's summary (replica_probe.summarize), every process
 
     @property
     def device(self) -> str | None:
@@ -450,8 +454,11 @@ def observe(python: str, script: str | os.PathLike, args: list[str] | tuple = ()
             child_env.update(PT_XLA_DEBUG_LEVEL="2", PT_XLA_DEBUG_FILE=str(debug_file))
         if device == "cpu":
             child_env.update(PJRT_DEVICE="CPU", CUDA_VISIBLE_DEVICES="")
+        # The replica probe (the loader installs it): one caller-given file is read, not replaced.
+        probe_file = child_env.setdefault("XLA_REPLICA_PROBE_FILE", str(work / "replicas.jsonl"))
         process = run_child([str(python), str(script), *args], child_env, cwd, timeout, work)
         observation = read_records(work, process)
+        observation.replicas = summarize_replicas(probe_file)
         if debug and debug_file.exists():
             observation.analyses = parse_debug(debug_file.read_bytes())
         observation.workdir = work if keep else None
@@ -508,7 +515,7 @@ def run_plain(python: str, script: str | os.PathLike, args: list[str] | tuple = 
     from .losses import DEFAULT_LOSS_REGEX, loss_matches
 
     base = {k: v for k, v in (os.environ if env is None else env).items()
-            if not k.startswith(("XLA_MIGRATE_VERIFY_", "PJRT_", "PT_XLA_"))}
+            if not k.startswith(("XLA_MIGRATE_VERIFY_", "PJRT_", "PT_XLA_", "XLA_REPLICA_PROBE_"))}
     if pythonpath is None:
         pythonpath = [entry for entry in base.get("PYTHONPATH", "").split(os.pathsep) if entry]
     pattern = re.compile(loss_regex or DEFAULT_LOSS_REGEX, re.MULTILINE)
