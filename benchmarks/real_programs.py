@@ -61,6 +61,7 @@ STUBS = RECIPES / "_stubs"
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(RECIPES))
 from xla_migrate import verify  # noqa: E402  (the product's loss parsing, warm-up and thresholds)
+from xla_migrate.verify.run import last_error_line, run_child  # noqa: E402
 from _recipe import Recipe  # noqa: E402
 from real_programs_measure import (agreement, compare, compare_losses, metrics_figures, own_problems,  # noqa: E402
                                    parse_metrics_file, render_notes, render_summary, render_table, status_of,
@@ -254,7 +255,7 @@ def migrate(recipe: Recipe, ctx: Context, orig: Path, out: Path, target: str, fo
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(out.parent), timeout=600)
     record = {"command": " ".join(cmd[len(ctx.tool):]), "exit_status": proc.returncode,
               "wall_s": round(time.perf_counter() - start, 1),
-              "error": verify._last_error_line(proc.stderr) if proc.returncode not in (0,) else None}
+              "error": last_error_line(proc.stderr) if proc.returncode not in (0,) else None}
     try:
         report = json.loads(report_path.read_text())
     except (OSError, ValueError):
@@ -308,7 +309,7 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(out / recipe.cwd), env=env,
                               timeout=2 * timeout + 120)
         report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
-        verify_exit, verify_error = proc.returncode, verify._last_error_line(proc.stderr)
+        verify_exit, verify_error = proc.returncode, last_error_line(proc.stderr)
     except subprocess.TimeoutExpired:
         report, verify_exit, verify_error = None, None, "verify itself timed out"
     record["verify"] = {"exit_code": verify_exit, "error": verify_error if report is None else None,
@@ -337,7 +338,7 @@ def run_resume(recipe: Recipe, ctx: Context, orig: Path, out: Path, env_name: st
     env = ctx.env(recipe, env_name, out)
     env.update(PJRT_DEVICE="CPU", CUDA_VISIBLE_DEVICES="")
     work = Path(tempfile.mkdtemp(prefix="resume-", dir=out.parent))
-    migrated = verify._run([ctx.pythons[env_name], str(entry_script(recipe, out)), *recipe.resume.args], env,
+    migrated = run_child([ctx.pythons[env_name], str(entry_script(recipe, out)), *recipe.resume.args], env,
                            str(out / recipe.cwd), recipe.timeout * ctx.timeout_scale, work)
     shutil.rmtree(work, ignore_errors=True)
     if original.returncode != 0:
@@ -363,7 +364,7 @@ def run_program(recipe: Recipe, ctx: Context) -> dict:
             made = subprocess.run([ctx.pythons["current"], "-c", recipe.data_script], cwd=orig, capture_output=True,
                                   text=True, env=ctx.env(recipe, "current", orig), timeout=300)
             if made.returncode != 0:
-                raise RecipeError(f"data_script: {verify._last_error_line(made.stderr)}")
+                raise RecipeError(f"data_script: {last_error_line(made.stderr)}")
         if recipe.entry.endswith(".ipynb"):
             notebook_script(orig / recipe.entry)
     except (RecipeError, OSError) as error:
@@ -387,7 +388,7 @@ def find_pythons(args: argparse.Namespace) -> dict[str, str]:
         if pythons[name] is None:
             proc = subprocess.run(["bash", str(ROOT / "tools" / "xla_envs.sh"), name], capture_output=True, text=True)
             if proc.returncode != 0:
-                raise SystemExit(f"error: tools/xla_envs.sh {name} failed: {verify._last_error_line(proc.stderr)}")
+                raise SystemExit(f"error: tools/xla_envs.sh {name} failed: {last_error_line(proc.stderr)}")
             pythons[name] = proc.stdout.split()[-1]
     return pythons
 
