@@ -41,6 +41,8 @@ TAKEN = [
     ["train.py", "--format", "github", "-qqq"],
     ["a b.py", "ünï.py", "x=y.py", "", "--out", "with space.py"],
     ["train.py", "--target", "nonsense", "--format", "yaml"],  # values are the command's to judge
+    ["-", "--stdin-filename", "nb.ipynb", "--diff"],
+    ["--stdin-filename=src/t.py", "--check"],
 ]
 
 # Command lines left to typer: help, --version among other arguments, -j (an int), a repeated option or

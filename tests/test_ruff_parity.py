@@ -350,3 +350,101 @@ def test_cuda_in_magics_and_shell_lines_is_reported_with_cell_and_line(tmp_path)
     assert shell.returncode == 1 and shell.stderr.decode().count(": XLA003 ") == 2
     quiet = run_cli("shell.ipynb", "--check", "--exit-non-zero-on-findings", "--ignore", "XLA003", cwd=tmp_path)
     assert quiet.returncode == 0 and b"XLA003" not in quiet.stderr
+
+
+# stdin ------------------------------------------------------------------------------------------------------
+def _notebook(cells: list[str]) -> bytes:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nbformat.writes(nb).encode()
+
+
+def test_stdin_alone_is_a_filter_to_stdout(tmp_path):
+    done = run_cli("-", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert done.returncode == 0 and done.stdout.decode() == migrate(CUDA_SCRIPT).code
+    assert list(tmp_path.iterdir()) == []  # nothing written anywhere
+    assert done.stderr.decode().startswith("stdin: ")
+    # --stdin-filename alone reads stdin too (ruff's); another input with it is refused.
+    named = run_cli("--stdin-filename", "t.py", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert named.returncode == 0 and named.stdout == done.stdout and named.stderr.decode().startswith("t.py: ")
+    (tmp_path / "other.py").write_text(CUDA_SCRIPT)
+    both = run_cli("other.py", "--stdin-filename", "t.py", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert both.returncode == 2 and b"cannot be combined with other inputs" in both.stderr
+    # --check and --diff keep their meaning; a stdout report needs a mode that leaves stdout free.
+    check = run_cli("-", "--check", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert check.returncode == 1 and check.stdout == b""
+    clean = run_cli("-", "--check", cwd=tmp_path, stdin=b"import torch\nx = torch.zeros(2)\n")
+    assert clean.returncode == 0
+    report = run_cli("-", "--output-format", "json", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert report.returncode == 2 and b"pass --check for the report alone" in report.stderr
+    assert report.stdout == b""
+    checked = run_cli("-", "--check", "--output-format", "json", "--stdin-filename", "src/t.py", cwd=tmp_path,
+                      stdin=CUDA_SCRIPT.encode())
+    assert checked.returncode == 1 and {d["filename"] for d in json.loads(checked.stdout)} == {"src/t.py"}
+
+
+def test_stdin_filename_names_the_diff_and_keys_the_config(tmp_path):
+    import subprocess
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.xla-migrate]\ntarget = "2.9"\nextend-exclude = ["gen/"]\n'
+        'per-file-ignores = { "scripts/*.py" = ["XLA9"] }\n')
+    diff = run_cli("-", "--diff", "--stdin-filename", "train.py", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert diff.returncode == 0
+    assert diff.stdout.decode().startswith("diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n")
+    assert "torch_xla.device()" in diff.stdout.decode()  # the config's target 2.9, found from the name
+    (tmp_path / "train.py").write_text(CUDA_SCRIPT)  # the diff applies to the file it names
+    subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=diff.stdout, check=True)
+    assert (tmp_path / "train.py").read_text() == migrate(CUDA_SCRIPT, target="2.9").code
+    # per-file-ignores keyed on the name: XLA902 (apex) is ignored in scripts/ only.
+    codes = {}
+    for name in ("scripts/eval.py", "eval.py"):
+        done = run_cli("-", "--check", "--output-format", "json", "--stdin-filename", name, cwd=tmp_path,
+                       stdin=FINDINGS_SCRIPT.encode())
+        codes[name] = {d["code"] for d in json.loads(done.stdout)}
+    assert "XLA902" not in codes["scripts/eval.py"] and "XLA902" in codes["eval.py"]
+    # The config is found from the name's folder: a project below with its own target.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "pyproject.toml").write_text('[tool.xla-migrate]\ntarget = "sagemaker"\n')
+    below = run_cli("-", "--stdin-filename", "sub/t.py", "-v", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert b"xm.xla_device()" in below.stdout
+    assert f"configuration: {tmp_path / 'sub' / 'pyproject.toml'}" in below.stderr.decode()
+    # --force-exclude with an excluded name: stdin comes back unchanged, as ruff format does.
+    for name in ("gen/made.py", "build/x.py"):
+        passed = run_cli("-", "--force-exclude", "--stdin-filename", name, cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+        assert passed.returncode == 0 and passed.stdout == CUDA_SCRIPT.encode()
+        assert b"passed through unchanged" in passed.stderr
+    unforced = run_cli("-", "--stdin-filename", "gen/made.py", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert unforced.stdout != CUDA_SCRIPT.encode()  # as in ruff, excludes bind a named input only when forced
+
+
+def test_a_notebook_on_stdin_is_migrated_as_a_notebook(tmp_path):
+    import nbformat
+
+    data = _notebook(["import torch", "x = torch.zeros(2).cuda()\n%timeit torch.cuda.synchronize()"])
+    (tmp_path / "nb.ipynb").write_bytes(data)
+    as_file = run_cli("nb.ipynb", "--out", "nb_xla.ipynb", cwd=tmp_path)
+    assert as_file.returncode == 0
+    expected = (tmp_path / "nb_xla.ipynb").read_bytes()
+    named = run_cli("-", "--stdin-filename", "nb.ipynb", cwd=tmp_path, stdin=data)
+    assert named.returncode == 0 and named.stdout == expected  # the same notebook a file run writes
+    cells = [cell.source for cell in nbformat.reads(named.stdout.decode(), as_version=4).cells]
+    assert "xm.xla_device()" in cells[0] and "x = torch.zeros(2).to(device)" in cells[1]
+    assert "nb.ipynb:cell 2:line 2: XLA003" in named.stderr.decode()  # the magic, reported with its cell
+    # Without a name, recognised by its content, not read as a Python dict literal with nothing to change.
+    unnamed = run_cli("-", cwd=tmp_path, stdin=data)
+    assert unnamed.returncode == 0 and unnamed.stdout == expected
+    diff = run_cli("-", "--diff", "--stdin-filename", "nb.ipynb", cwd=tmp_path, stdin=data)
+    assert diff.stdout.decode().startswith("diff --git a/nb.ipynb b/nb.ipynb\n")
+    check = run_cli("-", "--check", "--stdin-filename", "nb.ipynb", cwd=tmp_path, stdin=data)
+    assert check.returncode == 1 and check.stdout == b""
+    # A notebook under a Python name is refused, not a silent no-op; a broken one writes nothing.
+    misnamed = run_cli("-", "--stdin-filename", "nb.py", cwd=tmp_path, stdin=data)
+    assert misnamed.returncode == 2 and b"stdin holds a Jupyter notebook" in misnamed.stderr
+    assert misnamed.stdout == b""
+    broken = run_cli("-", "--stdin-filename", "nb.ipynb", "--out", "broken.ipynb", cwd=tmp_path, stdin=data[:40])
+    assert broken.returncode == 2 and b"nb.ipynb: not a valid notebook" in broken.stderr
+    assert broken.stdout == b"" and not (tmp_path / "broken.ipynb").exists()

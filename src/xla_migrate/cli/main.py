@@ -14,7 +14,7 @@ from typing import Optional
 
 from .. import __version__
 from ..api import migrate
-from . import output, selection
+from . import output, selection, stdin
 from .options import (EXIT_CHANGES, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, FORMATS, STDOUT_FORMATS, UsageError, _check_paths,
                       _decision_sources, _ignorer, _is_single_file, _project_root, _same_file, _settings,
                       _validate_rules, _without_excluded)
@@ -43,7 +43,7 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
                     project, no_project, requirements, config, output_format, report_path, verify_output,
                     statistics, list_rules, version, quiet, verbose, extend_select=None, extend_ignore=None,
                     exit_non_zero_on_findings=False, safe_only=False, show_settings=False, show_files=False,
-                    python=None) -> int:
+                    python=None, stdin_filename=None) -> int:
     """The main command on its parsed arguments (from typer, or from the fast path for a plain run, which
     gives the same ones); returns the exit code."""
     _interrupts_raise()
@@ -58,6 +58,8 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
                 raise UsageError("--list-rules --format: expected text or json")
             _list_rules(output_format)
             return EXIT_OK
+        inputs = stdin.stdin_inputs([*(in_path or []), *(paths or [])], stdin_filename)
+        out = stdin.default_out(inputs, out, in_place, diff, check, diff_file, output_format, STDOUT_FORMATS)
         if output_format in STDOUT_FORMATS and (diff or out == "-"):
             raise UsageError(f"--format {output_format} prints the report on stdout, where "
                              f"{'--diff' if diff else '--out -'} puts its output: write the report to a file with "
@@ -70,15 +72,15 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             raise UsageError("--project and --no-project cannot be used together")
         if project is not None and not os.path.isdir(project):
             raise UsageError(f"--project {project}: not a folder")
-        inputs = [*(in_path or []), *(paths or [])]
-        settings = _settings(inputs, config, target, select, ignore, exclude, extend_exclude)
+        settings = _settings(stdin.named(inputs, stdin_filename), config, target, select, ignore, exclude,
+                             extend_exclude)
         _OUTPUT["config"] = settings.config_path
         selection.extend(settings, extend_select, extend_ignore, exit_non_zero_on_findings, safe_only)
         selection.check_codes(settings)
         if verbose and quiet < 2:
             _err(selection.config_line(settings))
         if show_settings:
-            selection.show_settings(settings, inputs)
+            selection.show_settings(settings, stdin.named(inputs, stdin_filename))
             return EXIT_OK
         if distributed is not None:
             settings.distributed = distributed
@@ -86,9 +88,14 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             settings.data_parallel = data_parallel
         ignorer = _ignorer(settings, not no_gitignore)
         if show_files:
-            selection.show_files(inputs, ignorer)
+            selection.show_files(stdin.named(inputs, stdin_filename) if stdin_filename else inputs, ignorer)
             return EXIT_OK
+        passed_through = False  # --force-exclude and an excluded --stdin-filename: stdin comes back unchanged
         if force_exclude or settings.force_exclude:
+            if stdin_filename is not None and inputs == ["-"]:
+                from .discovery import force_excluded
+
+                passed_through = force_excluded(stdin_filename, ignorer)
             inputs = _without_excluded(inputs, ignorer)
             if inputs == []:
                 return _nothing_to_migrate()
@@ -100,13 +107,15 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
         if _is_single_file(inputs):
             if requirements:
                 raise UsageError("--requirements takes a tree run (a folder): it edits the project's requirements")
-            index = _single_file_index(inputs[0] if inputs else None, root, ignorer)
             single = inputs[0] if inputs else None
-            ignored = [*settings.ignore, *selection.ignores_for(single or "-", settings.per_file_ignores,
+            name = stdin_filename if single == "-" and stdin_filename else single
+            index = _single_file_index(name, root, ignorer)
+            ignored = [*settings.ignore, *selection.ignores_for(name or "-", settings.per_file_ignores,
                                                               settings.config_dir)]
             code = _migrate_one(single, out, in_place, diff, diff_file, check,
                                 settings.target, settings.select, ignored, verbose,
-                                settings.distributed, settings.data_parallel, index, settings.fix_safety)
+                                settings.distributed, settings.data_parallel, index, settings.fix_safety,
+                                stdin_filename=stdin_filename, passed_through=passed_through, settings=settings)
         else:
             if requirements and root is None:
                 raise UsageError("--requirements needs a project: one input folder, --project ROOT or a "
@@ -231,7 +240,8 @@ def _single_file_index(path, root, ignorer):
 
 
 def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select, ignore, verbose,
-                 distributed=None, data_parallel=None, project=None, fix_safety="all") -> int:
+                 distributed=None, data_parallel=None, project=None, fix_safety="all", stdin_filename=None,
+                 passed_through=False, settings=None) -> int:
     if in_path is None:
         raise UsageError("missing PATH: the script, notebook or folder to migrate (see --help)")
     _validate_rules(target, select, ignore, data_parallel)
@@ -240,7 +250,11 @@ def _migrate_one(in_path, out, in_place, diff, diff_file, check, target, select,
 
     check_single_outputs(in_path, destination, in_place, diff_file, _OUTPUT["report"], _OUTPUT["config"])
     data = _read_input(in_path)
-    label_in = "stdin" if in_path == "-" else in_path
+    label_in = (stdin_filename or "stdin") if in_path == "-" else in_path
+    if in_path == "-" and passed_through:
+        return stdin.pass_through(data, label_in, destination, _OUTPUT["quiet"])
+    if in_path == "-" and stdin.is_notebook(data, stdin_filename):
+        return stdin.migrate_notebook(data, label_in, destination, diff, diff_file, check, settings, ignore, verbose)
     named_out = out if out not in (None, "-") else None
     label_out = named_out or label_in
     result = migrate(data, target=target, select=select or None, ignore=ignore or None,

@@ -66,8 +66,9 @@ def _same_file(a: str, b: str) -> bool:
 HELP = """Migrate CUDA PyTorch training scripts to PyTorch/XLA.
 
 PATH is a script, a notebook (.ipynb), a folder (walked for .py and .ipynb files) or a quoted glob; '-' reads
-stdin. Other commands: 'xla-migrate rule CODE' prints a rule's documentation; 'xla-migrate verify SCRIPT' runs a
-migrated script on torch_xla and checks it (see 'xla-migrate verify --help')."""
+stdin and writes the migrated code to stdout (--stdin-filename names it). Other commands: 'xla-migrate rule
+CODE' prints a rule's documentation; 'xla-migrate verify SCRIPT' runs a migrated script on torch_xla and
+checks it (see 'xla-migrate verify --help')."""
 
 
 def _without_excluded(inputs: list[str], ignorer) -> list[str]:
@@ -208,10 +209,11 @@ _DEFAULTS: dict = {
     "project": None, "no_project": False, "requirements": False, "config": None, "output_format": "text",
     "report_path": None, "verify_output": False, "statistics": False, "list_rules": False, "version": False,
     "quiet": 0, "verbose": False, "extend_select": None, "extend_ignore": None, "exit_non_zero_on_findings": False,
-    "safe_only": False, "show_settings": False, "show_files": False, "python": None}
+    "safe_only": False, "show_settings": False, "show_files": False, "python": None, "stdin_filename": None}
 _FAST_VALUES = {"--out": "out", "--diff-file": "diff_file", "--target": "target", "--data-parallel": "data_parallel",
                 "--project": "project", "--config": "config", "--format": "output_format", "--report": "report_path",
-                "--output-format": "output_format", "--python": "python"}
+                "--output-format": "output_format", "--python": "python",
+                "--stdin-filename": "stdin_filename"}
 _FAST_LISTS = {"--in": "in_path", "--select": "select", "--ignore": "ignore", "--exclude": "exclude",
                "--extend-exclude": "extend_exclude", "--extend-select": "extend_select",
                "--extend-ignore": "extend_ignore"}

@@ -59,6 +59,7 @@ def command(
     safe_only: bool = typer.Option(False, "--safe-only", help="Only the rules whose fix is safe edit; those labelled review report what they would change (config: fix-safety = \"safe\")."),
     show_settings: bool = typer.Option(False, "--show-settings", help="Print the resolved settings (and the pyproject.toml read) and exit."),
     show_files: bool = typer.Option(False, "--show-files", help="Print the files the run would migrate and exit."),
+    stdin_filename: Optional[str] = typer.Option(None, "--stdin-filename", metavar="NAME", help="The name of the code read from stdin ('-'): the diff headers, the configuration and per-file-ignores that apply, --force-exclude, and a notebook by its .ipynb."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PY", help="With --verify: the interpreter with torch_xla to run the script with (default: $XLA_MIGRATE_PYTHON, else this one)."),
 ) -> None:
     arguments = dict(locals())  # first, so that it holds the parameters only
