@@ -448,3 +448,27 @@ def test_a_notebook_on_stdin_is_migrated_as_a_notebook(tmp_path):
     broken = run_cli("-", "--stdin-filename", "nb.ipynb", "--out", "broken.ipynb", cwd=tmp_path, stdin=data[:40])
     assert broken.returncode == 2 and b"nb.ipynb: not a valid notebook" in broken.stderr
     assert broken.stdout == b"" and not (tmp_path / "broken.ipynb").exists()
+
+
+# Defaults -----------------------------------------------------------------------------------------------------
+def test_env_folders_are_migrated_unless_they_are_virtual_environments(tmp_path):
+    """An RL repository's env/ package is code (ruff does not skip it); a folder with a pyvenv.cfg is a
+    virtual environment, whatever its name, and skipped with the default excludes."""
+    for folder in ("env", ".env", "pyenv311", "pkg/venv_custom"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "step.py").write_text(CUDA_SCRIPT)
+    (tmp_path / "pyenv311" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "pkg" / "venv_custom" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    files = run_cli(".", "--show-files", cwd=tmp_path).stdout.decode().splitlines()
+    assert files == [".env/step.py", "env/step.py"]
+    check = run_cli(".", "--check", cwd=tmp_path)
+    assert check.returncode == 1 and b"env/step.py: would change" in check.stderr
+    assert b"pyenv311" not in check.stderr and b"venv_custom" not in check.stderr
+    # A file named inside one: migrated (the user named it), skipped with --force-exclude (pre-commit).
+    named = run_cli("pyenv311/step.py", "--check", cwd=tmp_path)
+    assert named.returncode == 1
+    forced = run_cli("pyenv311/step.py", "--check", "--force-exclude", cwd=tmp_path)
+    assert forced.returncode == 0 and b"every path given is excluded" in forced.stderr
+    # exclude replaces the defaults, the virtual-environment rule with them (exclude = [] turns all off).
+    every = run_cli(".", "--show-files", "--exclude", "nothing/", cwd=tmp_path).stdout.decode().splitlines()
+    assert "pyenv311/step.py" in every and "pkg/venv_custom/step.py" in every

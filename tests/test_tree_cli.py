@@ -288,6 +288,7 @@ def vendored(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(CUDA_SCRIPT)
     (tmp_path / "build.py").write_text(CUDA_SCRIPT)  # a file named like a default folder is not excluded
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # env/ is skipped as a virtual environment
     return tmp_path
 
 

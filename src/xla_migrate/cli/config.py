@@ -17,9 +17,11 @@ KEY_SPELLINGS = {"data_parallel": "data-parallel"}
 
 # Skipped unless ``exclude`` (in the config or on the command line) replaces the list, as ruff's and black's
 # defaults are: virtual environments, installed packages, build output, caches. Folders only (a trailing
-# slash), so a file that happens to be called ``build`` or ``env`` is still copied by a mirror.
+# slash), so a file that happens to be called ``build`` is still copied by a mirror. ``env/`` is not here
+# (ruff does not skip it, and an RL repository's ``env/`` is its environments package): a folder of any name
+# that holds a ``pyvenv.cfg`` is a virtual environment, skipped with these (discovery.Ignorer).
 DEFAULT_EXCLUDE = (
-    ".git/", ".hg/", ".svn/", ".venv/", "venv/", "env/", ".env/", "site-packages/", "node_modules/",
+    ".git/", ".hg/", ".svn/", ".venv/", "venv/", "site-packages/", "node_modules/",
     "__pypackages__/", "build/", "dist/", "__pycache__/", ".tox/", ".nox/", ".eggs/", "*.egg-info/",
     ".ipynb_checkpoints/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".direnv/",
 )

@@ -22,6 +22,7 @@ PYTHON_SUFFIXES = (".py",)
 NOTEBOOK_SUFFIXES = (".ipynb",)
 GLOB_CHARS = re.compile(r"[*?\[]")
 ALWAYS_SKIPPED_DIRS = {".git", ".hg", ".svn"}
+VIRTUALENV_MARKER = "pyvenv.cfg"  # what makes a folder a virtual environment (PEP 405), whatever its name
 
 
 def kind_of(path: str) -> str:
@@ -39,10 +40,13 @@ class DiscoveryError(Exception):
 # Finding files ---------------------------------------------------------------------------------------------
 class Ignorer:
     """``.gitignore`` files (from the repository root, or the walked folder outside a repository, down) and
-    ``--exclude``/config patterns, with gitignore semantics (a deeper file and a later line win)."""
+    ``--exclude``/config patterns, with gitignore semantics (a deeper file and a later line win). With the
+    default excludes, a folder that holds a ``pyvenv.cfg`` (a virtual environment, whatever its name) too."""
 
-    def __init__(self, use_gitignore: bool, excludes: list[tuple[Path | None, list[str]]]):
+    def __init__(self, use_gitignore: bool, excludes: list[tuple[Path | None, list[str]]],
+                 skip_virtualenvs: bool = False):
         self.use_gitignore = use_gitignore
+        self.skip_virtualenvs = skip_virtualenvs
         self._gitignores: dict[Path, object] = {}
         self._exclude_lines = [(base, lines) for base, lines in excludes if lines]
 
@@ -69,6 +73,8 @@ class Ignorer:
         return self._gitignores[folder]
 
     def excluded_by_pattern(self, path: Path, root: Path, is_dir: bool) -> bool:
+        if is_dir and self.skip_virtualenvs and (path / VIRTUALENV_MARKER).is_file():
+            return True
         suffix = "/" if is_dir else ""
         for base, spec in self.excludes:
             try:
@@ -212,7 +218,12 @@ def force_excluded(path: str, ignorer: Ignorer) -> bool:
     through a folder above it (command-line patterns are relative to the current folder). As in ruff,
     exclusions otherwise apply only to what a folder walk or a glob finds."""
     # gitignore matching of "a/build/x.py" against "build/" covers the folders above the file.
-    return ignorer.excluded_by_pattern(Path(os.path.abspath(path)), Path(os.getcwd()), is_dir=os.path.isdir(path))
+    absolute, here = Path(os.path.abspath(path)), Path(os.getcwd())
+    if ignorer.excluded_by_pattern(absolute, here, is_dir=os.path.isdir(path)):
+        return True
+    # A virtual environment above it, below the current folder (patterns are relative to it too).
+    return ignorer.skip_virtualenvs and any((folder / VIRTUALENV_MARKER).is_file() for folder in absolute.parents
+                                            if folder != here and here in folder.parents)
 
 
 def discover(specs: list[str], ignorer: Ignorer, skip: set[str] = frozenset(),

@@ -90,8 +90,9 @@ def _ignorer(settings, use_gitignore: bool):
         excludes = [(settings.config_dir, settings.exclude)]
     else:
         excludes = [(None, list(DEFAULT_EXCLUDE))]
+    defaults = settings.cli_exclude is None and settings.exclude is None
     excludes += [(settings.config_dir, settings.extend_exclude), (None, settings.cli_extend_exclude)]
-    ignorer = Ignorer(use_gitignore, excludes)
+    ignorer = Ignorer(use_gitignore, excludes, skip_virtualenvs=defaults)  # pyvenv.cfg: with the defaults
     if settings.cli_exclude is not None or settings.exclude is not None or any(lines for _, lines in excludes[1:]):
         # The user's patterns compile now, so that a bad one fails here whatever the run.
         try:
