@@ -472,3 +472,16 @@ def test_env_folders_are_migrated_unless_they_are_virtual_environments(tmp_path)
     # exclude replaces the defaults, the virtual-environment rule with them (exclude = [] turns all off).
     every = run_cli(".", "--show-files", "--exclude", "nothing/", cwd=tmp_path).stdout.decode().splitlines()
     assert "pyenv311/step.py" in every and "pkg/venv_custom/step.py" in every
+
+
+def test_the_deliberate_worker_crashes_keep_their_dumps_out_of_the_test_log(tmp_path):
+    """tests/test_workers.py segfaults a worker on purpose; the log of a run of those tests (pytest's
+    faulthandler on, as in CI) holds no "Fatal Python error" dump, only the tests' results."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_workers.py",
+                           "-k", "crash"], cwd=ROOT, capture_output=True, timeout=600)
+    log = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode == 0, log
+    assert " passed" in log and "Fatal Python error" not in log and "Segmentation fault" not in log
