@@ -177,31 +177,55 @@ def _structural_sarif_check(log: dict) -> None:
     jsonschema.validate(log, schema)
 
 
+OFFICIAL_SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif" / "sarif-schema-2.1.0.json"  # OASIS's; NOTICE.md
+
+
+def _official_sarif_check(log: dict) -> None:
+    """Against the official SARIF 2.1.0 schema (Errata 01, vendored unmodified with OASIS's notice)."""
+    schema = json.loads(OFFICIAL_SARIF_SCHEMA.read_text(encoding="utf-8"))
+    validator = jsonschema.validators.validator_for(schema)
+    validator(schema, format_checker=validator.FORMAT_CHECKER).validate(log)
+
+
 def test_sarif_output_validates(tmp_path):
-    """SARIF 2.1.0: checked structurally here, and against the official OASIS schema when it is in the test
-    cache (~/.cache/xla-migrate/sarif-schema-2.1.0.json, or $XLA_MIGRATE_SARIF_SCHEMA). The schema is not
-    vendored: the sarif-spec repository's licence is the OASIS IPR policy, with no grant that plainly covers
-    shipping the file in another project."""
+    """SARIF 2.1.0: the parts a code-scanning upload reads, and the whole log against the official OASIS
+    schema; a script, a file that cannot be parsed and a notebook (results by cell) in one run."""
+    import nbformat
+
     (tmp_path / "train.py").write_text(FINDINGS_SCRIPT)
     (tmp_path / "bad.py").write_text("import torch\nx = (\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch\nx = torch.zeros(2).cuda()\n!nvidia-smi")]
+    nbformat.write(nb, str(tmp_path / "nb.ipynb"))
     done = run_cli(".", "--check", "--output-format", "sarif", cwd=tmp_path)
     assert done.returncode == 2  # bad.py
     log = json.loads(done.stdout)
     _structural_sarif_check(log)
+    _official_sarif_check(log)
     (run,) = log["runs"]
     rule_ids = [rule["id"] for rule in run["tool"]["driver"]["rules"]]
-    assert "XLA103" in rule_ids and "XLA101" in rule_ids
+    assert "XLA103" in rule_ids and "XLA101" in rule_ids and "XLA003" in rule_ids
     stream = next(r for r in run["results"] if r.get("ruleId") == "XLA103")
     assert stream["level"] == "warning" and rule_ids[stream["ruleIndex"]] == "XLA103"
     assert stream["locations"][0]["physicalLocation"]["region"] == {
         "startLine": 5, "startColumn": 5, "endLine": 5, "endColumn": 22}
     assert any(r["level"] == "error" and "bad.py" in r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
                for r in run["results"])
-    official = Path(os.environ.get("XLA_MIGRATE_SARIF_SCHEMA",
-                                   Path.home() / ".cache" / "xla-migrate" / "sarif-schema-2.1.0.json"))
-    if official.is_file():
-        schema = json.loads(official.read_text())
-        jsonschema.validators.validator_for(schema)(schema).validate(log)
+    assert any(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "nb.ipynb" for r in run["results"])
+    # A clean run is a valid log too, and stdin's results carry --stdin-filename.
+    clean = run_cli("-", "--check", "--output-format", "sarif", "--stdin-filename", "src/t.py", cwd=tmp_path,
+                    stdin=CUDA_SCRIPT.encode())
+    clean_log = json.loads(clean.stdout)
+    _official_sarif_check(clean_log)
+    assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            for r in clean_log["runs"][0]["results"]} == {"src/t.py"}
+    # The schema does reject what is not SARIF (so the checks above can fail).
+    broken = json.loads(done.stdout)
+    broken["runs"][0]["results"][0]["level"] = "severe"
+    with pytest.raises(jsonschema.ValidationError):
+        _official_sarif_check(broken)
+    with pytest.raises(jsonschema.ValidationError):
+        _official_sarif_check({**log, "version": "2.0.0"})
 
 
 # Selection ----------------------------------------------------------------------------------------------------
