@@ -509,3 +509,23 @@ def test_the_deliberate_worker_crashes_keep_their_dumps_out_of_the_test_log(tmp_
     log = (done.stdout + done.stderr).decode(errors="replace")
     assert done.returncode == 0, log
     assert " passed" in log and "Fatal Python error" not in log and "Segmentation fault" not in log
+
+
+# Bad input (issue 33's sweep): a notebook that cannot be read writes nothing, by file or by stdin ---------
+@pytest.mark.parametrize("content", [b"{not json", b"", b'{"nbformat": 3, "cells": []}', b"\xff\xfe",
+                                     b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}}',
+                                     b'{"nbformat": 4, "cells": "x"}', b"[]", b"null"],
+                         ids=["invalid-json", "empty", "nbformat-3", "not-utf8", "no-cells", "cells-not-a-list",
+                              "a-list", "null"])
+def test_a_notebook_that_cannot_be_read_is_one_line_and_writes_nothing(tmp_path, content):
+    (tmp_path / "nb.ipynb").write_bytes(content)
+    for args, stdin in ((["nb.ipynb", "--out", "out.ipynb"], None), (["nb.ipynb", "--in-place"], None),
+                        (["-", "--stdin-filename", "nb.ipynb", "--out", "out.ipynb"], content),
+                        (["-", "--stdin-filename", "nb.ipynb"], content)):
+        done = run_cli(*args, cwd=tmp_path, stdin=stdin)
+        assert done.returncode == 2, (args, done.stderr)
+        errors = [line for line in done.stderr.decode().splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and errors[0].startswith("error: nb.ipynb: "), (args, done.stderr)
+        assert "object has no attribute" not in errors[0]  # said in the user's terms
+        assert done.stdout == b"" and not (tmp_path / "out.ipynb").exists()
+        assert (tmp_path / "nb.ipynb").read_bytes() == content

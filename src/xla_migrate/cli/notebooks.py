@@ -167,8 +167,13 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
         return data
     try:
         nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+    except (AttributeError, TypeError):  # nbformat on JSON that is not an object ([], null, "cells": "x")
+        outcome.error = f"{task.path}: not a valid notebook: its JSON is not a notebook object with a list of cells"
+        return data
     except Exception as error:  # JSON or schema errors: one line
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "has no attribute" in message:  # nbformat's wording for the same shape errors, wrapped
+            message = "its JSON is not a notebook object with a list of cells"
         outcome.error = f"{task.path}: not a valid notebook: {message}"
         return data
     if nb.get("nbformat") != 4:
