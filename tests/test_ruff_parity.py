@@ -529,3 +529,27 @@ def test_a_notebook_that_cannot_be_read_is_one_line_and_writes_nothing(tmp_path,
         assert "object has no attribute" not in errors[0]  # said in the user's terms
         assert done.stdout == b"" and not (tmp_path / "out.ipynb").exists()
         assert (tmp_path / "nb.ipynb").read_bytes() == content
+
+
+# Docs true ---------------------------------------------------------------------------------------------------
+def test_the_guide_documents_every_option_and_names_every_dependency():
+    import re
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from typer.main import get_command
+
+    from xla_migrate.cli.typer_app import app
+
+    guide = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
+    options = {name for param in get_command(app).params for name in param.opts if name.startswith("--")}
+    assert "--stdin-filename" in options and "--safe-only" in options
+    undocumented = sorted(name for name in options if f"`{name}" not in guide)
+    assert undocumented == [], f"options missing from docs/guide.md: {undocumented}"
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [re.split(r"[<>=;\[ ]", spec, maxsplit=1)[0] for spec in dependencies]
+    install = guide[guide.index("## Install"):guide.index("## Command line")]
+    assert [name for name in names if name not in install] == [], install
+    assert "Coming from ruff" in guide and "--stdin-filename" in guide[guide.index("### Coming from ruff"):]
