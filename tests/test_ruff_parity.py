@@ -421,9 +421,12 @@ def test_stdin_filename_names_the_diff_and_keys_the_config(tmp_path):
     assert diff.stdout.decode().startswith("diff --git a/train.py b/train.py\n--- a/train.py\n+++ b/train.py\n")
     assert "torch_xla.device()" in diff.stdout.decode()  # the config's target 2.9, found from the name
     (tmp_path / "train.py").write_text(CUDA_SCRIPT)  # the diff applies to the file it names
-    assert run_cli("train.py", "--diff", cwd=tmp_path).stdout == diff.stdout  # as the file run migrates it
-    subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=diff.stdout, check=True)
-    assert (tmp_path / "train.py").read_text() == migrate(CUDA_SCRIPT, target="2.9").code
+    # NAME an existing file of the project: migrated as the file run migrates it (project index and all).
+    named = run_cli("-", "--diff", "--stdin-filename", "train.py", cwd=tmp_path, stdin=CUDA_SCRIPT.encode())
+    assert named.stdout == run_cli("train.py", "--diff", cwd=tmp_path).stdout
+    subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=named.stdout, check=True)
+    assert (tmp_path / "train.py").read_bytes() == run_cli(
+        "-", "--stdin-filename", "train.py", cwd=tmp_path, stdin=CUDA_SCRIPT.encode()).stdout
     # per-file-ignores keyed on the name: XLA902 (apex) is ignored in scripts/ only.
     codes = {}
     for name in ("scripts/eval.py", "eval.py"):
