@@ -68,7 +68,7 @@ class DistributedRanks(Rule):
         if concept is None or node in self._flag_reads:
             return
         outer = common.outer_int(self.ctx, node)
-        if self._in_master_guard(outer):
+        if self._in_master_guard(outer) or self._cuda_device_index(outer):
             return
         if self._before_launch(node):
             spelled = self.ctx.target.spelling(concept).template.format(xm="xm", xr="xr")
@@ -82,6 +82,21 @@ class DistributedRanks(Rule):
                      f"{short(outer)} -> {patterns.code_of(new)}")
         if isinstance(node, cst.Call):
             common.free_imports(self, node)
+
+    def _cuda_device_index(self, read: cst.CSTNode) -> bool:
+        """The index of ``torch.device("cuda", read)`` or of ``f"cuda:{read}"``: the device rule (XLA101)
+        replaces the whole device, so rewriting the rank inside it too would withdraw that edit (one run would
+        leave a CUDA device for a second run to finish)."""
+        parent = self.ctx.parent(read)
+        if isinstance(parent, cst.Arg):
+            call = self.ctx.parent(parent)
+            return isinstance(call, cst.Call) and self.ctx.is_call_to(call, "torch.device") and bool(call.args) \
+                and call.args[0] is not parent and patterns.string_value(call.args[0].value) == "cuda"
+        if isinstance(parent, cst.FormattedStringExpression):
+            string = self.ctx.parent(parent)
+            first = string.parts[0] if isinstance(string, cst.FormattedString) and string.parts else None
+            return isinstance(first, cst.FormattedStringText) and first.value == "cuda:" and len(string.parts) == 2
+        return False
 
     def _before_launch(self, node: cst.CSTNode) -> bool:
         """A read that runs in the launcher's process, before the spawn: at module level (an argparse default
