@@ -211,6 +211,37 @@ def test_helper_modules_get_no_entry_point_finding(tmp_path, target):
     assert "def _mp_fn(index):" in entry.code and "_mp_fn, args=()" in entry.code
 
 
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_an_entry_that_never_spells_torch_is_launched_when_its_helpers_are_distributed(tmp_path, target):
+    """An entry file that only calls the project's helpers (no torch, no cuda in its text) is still the
+    program's launcher: it gets _mp_fn and the spawn, as one spelling "torch" does."""
+    entry = "from pkg import setup, train\n\n\ndef main():\n    setup()\n    train()\n\n\n" \
+            "if __name__ == \"__main__\":\n    main()\n"
+    helpers = ("import torch\nimport torch.distributed as dist\n\n\ndef setup():\n"
+               "    dist.init_process_group(\"nccl\")\n\n\ndef train():\n    model = torch.nn.Linear(2, 2).cuda()\n"
+               "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for _ in range(2):\n"
+               "        model(torch.zeros(2).cuda()).sum().backward()\n        opt.step()\n")
+    write(tmp_path, {"main.py": entry, "pkg/__init__.py": helpers})
+    result = migrate(entry, path=str(tmp_path / "main.py"), target=target, project=index_of(tmp_path),
+                     data_parallel="xm")  # the xm form: the XLA launcher replaces torchrun
+    assert "def _mp_fn(index):" in result.code and "(_mp_fn, args=())" in result.code
+    helper = migrate(helpers, path=str(tmp_path / "pkg" / "__init__.py"), target=target, project=index_of(tmp_path))
+    assert "_mp_fn" not in helper.code
+
+
+def test_a_torch_free_project_reading_torchrun_variables_is_not_distributed(tmp_path):
+    """A numpy program over MPI reads RANK too: nothing there is torch's, so the project is not distributed
+    and every file comes back as it was."""
+    files = {"main.py": "import os\nfrom work import run\n\nif __name__ == \"__main__\":\n"
+                        "    run(int(os.environ[\"RANK\"]))\n",
+             "work.py": "import numpy as np\n\n\ndef run(rank):\n    print(np.ones(3) * rank)\n"}
+    write(tmp_path, files)
+    index = index_of(tmp_path)
+    assert not index.view(str(tmp_path / "main.py")).distributed
+    for name, text in files.items():
+        assert migrate(text, path=str(tmp_path / name), project=index).code == text
+
+
 def test_without_a_project_single_file_output_is_unchanged(tmp_path):
     # A folder with no [tool.xla-migrate]: a single-file run builds no index (goldens are single files).
     write(tmp_path, {"utils.py": SCALER_UTILS, "engine.py": SCALER_ENGINE, "main.py": SCALER_MAIN})

@@ -203,7 +203,11 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
     if problem is not None:
         result.error = problem
         return result
-    if not mentions_a_trigger(text):  # nothing to migrate: the same decision as a tree run's (triggers.py)
+    view = project.view(path) if project is not None else None
+    # Nothing to migrate: the same decision as a tree run's (triggers.py), except for a project's entry file,
+    # which may never spell torch yet starts the distributed helpers of the modules it imports (the launcher).
+    if not mentions_a_trigger(text) and not (view is not None and view.is_entry and view.distributed
+                                             and view.index.modules[view.rel].main_block):
         if isinstance(source, str):
             result.encoding = _encoding_for_text(source)
             result.output_bytes = source.encode(result.encoding)
@@ -221,7 +225,6 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
     else:
         result.source = result.code = data.decode(module.encoding)
         result.encoding = module.encoding
-    view = project.view(path) if project is not None else None
     if view is not None and distributed is None and view.distributed:
         distributed = True  # one decision for the modules that import each other
     try:

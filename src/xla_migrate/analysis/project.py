@@ -334,6 +334,9 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
             main_block = True
     # Nested imports (inside functions) bind project modules too.
     launcher = False
+    # torchrun's variables make a torch program distributed; read by a torch-free program (numpy over MPI),
+    # they are that program's own business.
+    torch_program = b"torch" in data
     distributed: list[tuple[int, str]] = []
     instances: list[tuple[str, str]] = []
     for node in walk_ast(tree):
@@ -347,9 +350,9 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
             elif last in _LAUNCHERS and dotted and dotted.rsplit(".", 1)[0] in _LAUNCHER_MODULES:
                 launcher = True
                 distributed.append((node.lineno, dotted))
-            elif _environment_variable(node) in _TORCHRUN_VARIABLES:
+            elif torch_program and _environment_variable(node) in _TORCHRUN_VARIABLES:
                 distributed.append((node.lineno, f"os.environ {_environment_variable(node)}"))
-        elif isinstance(node, ast.Subscript) and _environment_variable(node) in _TORCHRUN_VARIABLES:
+        elif torch_program and isinstance(node, ast.Subscript) and _environment_variable(node) in _TORCHRUN_VARIABLES:
             distributed.append((node.lineno, f"os.environ {_environment_variable(node)}"))
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
             target, made = node.targets[0], _dotted(node.value.func)
