@@ -29,7 +29,8 @@ data in the shape the program reads, then:
    run, "ok" for a data-parallel one whose every update was reduced once, else the unreduced updates.
 
 Stdout gets one table (a row per program and target) and a summary per target; ``--json PATH`` keeps every
-figure (both loss curves, verify's report, the migration's counts); ``--compare OLD.json`` prints what got
+figure (both loss curves, verify's report, the migration's counts), rewritten after every program (``complete``
+says whether every recipe ran, so a stopped run keeps what it measured); ``--compare OLD.json`` prints what got
 better and worse since that run. ``-j N`` runs N programs at a time (each program's runs stay sequential).
 
 ``--setup`` installs what the programs import and the torch environments lack (torchvision matched to each
@@ -479,6 +480,15 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args, pythons)
     started, start = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
     results: dict[str, dict] = {}
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+
+    def document(done: list[dict]) -> dict:
+        return {"schema": SCHEMA, "version": SCHEMA_VERSION, "started": started,
+                "wall_s": round(time.perf_counter() - start, 1), "jobs": args.jobs,
+                "commit": commit.stdout.strip() or None, "tool": args.tool, "pythons": pythons,
+                "targets": args.targets, "summary": summarize(done), "programs": done,
+                "complete": len(done) == len(recipes)}
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(run_program, r, ctx): r for r in recipes}
         for future in concurrent.futures.as_completed(futures):
@@ -490,22 +500,18 @@ def main(argv: list[str] | None = None) -> int:
             done = results[recipe.name]
             print(f"[{len(results)}/{len(recipes)}] {recipe.name} ({done.get('wall_s', '-')} s): "
                   + ", ".join(f"{v['label']} {v.get('status', 'not run')}" for v in done.get("variants", [])),
-                  file=sys.stderr)
+                  file=sys.stderr, flush=True)
+            if args.json:  # after every program: a run stopped early keeps the figures of what it ran
+                partial = [results[r.name] for r in recipes if r.name in results]
+                args.json.write_text(json.dumps(document(partial), indent=1, default=str) + "\n")
     ordered = [results[r.name] for r in recipes]
-    wall = round(time.perf_counter() - start, 1)
-    summary = summarize(ordered)
-    for line in render_table(ordered) + [""] + render_notes(ordered) + [""] + render_summary(summary):
+    final = document(ordered)
+    for line in render_table(ordered) + [""] + render_notes(ordered) + [""] + render_summary(final["summary"]):
         print(line)
-    print(f"wall {wall} s with -j {args.jobs}")
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    document = {"schema": SCHEMA, "version": SCHEMA_VERSION, "started": started, "wall_s": wall, "jobs": args.jobs,
-                "commit": commit.stdout.strip() or None, "tool": args.tool, "pythons": pythons,
-                "targets": args.targets, "summary": summary, "programs": ordered}
-    if args.json:
-        args.json.write_text(json.dumps(document, indent=1, default=str) + "\n")
+    print(f"wall {final['wall_s']} s with -j {args.jobs}")
     if args.compare:
         print()
-        for line in compare(json.loads(args.compare.read_text()), document):
+        for line in compare(json.loads(args.compare.read_text()), final):
             print(line)
     if not args.keep:
         shutil.rmtree(ctx.work, ignore_errors=True)
