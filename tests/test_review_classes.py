@@ -183,20 +183,15 @@ def test_fixed_padding_under_an_unmasked_mean_is_reported(migrated, target):
 
 
 @BOTH
-def test_entry_with_a_trigger_word_is_launched(migrated, target):
-    """The twin of the next test's entry: one unused torch import, and it gets the launcher (right today)."""
-    run = migrated("29-entry-without-trigger-word-not-launched", target)
-    assert f"    {LAUNCH[target]}(_mp_fn, args=())\n" in run.code["train_f.py"]
-
-
-@known_defect(29, "an entry file that never spells torch is returned unchanged by the text pre-filter: "
-                  "no _mp_fn/launcher although it calls the project's distributed helpers; no finding")
-@BOTH
 def test_entry_without_trigger_word_is_launched(migrated, target):
+    """Fixed since the review (right today): the entry that never spells torch gets the launcher its twin
+    train_f.py (one unused torch import more) gets."""
     run = migrated("29-entry-without-trigger-word-not-launched", target)
-    launched = f"    {LAUNCH[target]}(_mp_fn, args=())\n" in run.code["image_train.py"]
-    reported = [f for f in run.findings["image_train.py"] if "launch" in f.message or "dist_util" in f.message]
-    assert launched or reported, f"image_train.py today:\n{run.code['image_train.py'][-200:]}"
+    launcher = f"def _mp_fn(index):\n    # Called once per XLA worker (index: the worker's ordinal).\n    main()\n"
+    for entry in ("image_train.py", "train_f.py"):
+        assert launcher in run.code[entry], entry
+        assert run.code[entry].endswith(f'if __name__ == "__main__":\n    {LAUNCH[target]}(_mp_fn, args=())\n'), entry
+    assert [c.code for c in run.changes["image_train.py"]] == ["XLA407", "XLA407"]
 
 
 @known_defect(29, "two tests of torch.cuda.is_available() in log_every fold opposite ways: the format "
