@@ -187,7 +187,7 @@ def test_entry_without_trigger_word_is_launched(migrated, target):
     """Fixed since the review (right today): the entry that never spells torch gets the launcher its twin
     train_f.py (one unused torch import more) gets."""
     run = migrated("29-entry-without-trigger-word-not-launched", target)
-    launcher = f"def _mp_fn(index):\n    # Called once per XLA worker (index: the worker's ordinal).\n    main()\n"
+    launcher = "def _mp_fn(index):\n    # Called once per XLA worker (index: the worker's ordinal).\n    main()\n"
     for entry in ("image_train.py", "train_f.py"):
         assert launcher in run.code[entry], entry
         assert run.code[entry].endswith(f'if __name__ == "__main__":\n    {LAUNCH[target]}(_mp_fn, args=())\n'), entry
