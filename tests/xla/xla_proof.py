@@ -74,6 +74,7 @@ SCRIPTS = [
     Script("eval_counts", optimizer_steps=20, eval_batches=8, host_reads=4),
     Script("hidden_state", optimizer_steps=100, eval_batches=26, host_reads=2),
     Script("finite_check"),
+    Script("inference_mode_eval", optimizer_steps=20, eval_batches=5, host_reads=5),
 ]
 SCRIPT_BY_NAME = {s.name: s for s in SCRIPTS}
 
