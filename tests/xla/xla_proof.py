@@ -75,6 +75,7 @@ SCRIPTS = [
     Script("hidden_state", optimizer_steps=100, eval_batches=26, host_reads=2),
     Script("finite_check"),
     Script("inference_mode_eval", optimizer_steps=20, eval_batches=5, host_reads=5),
+    Script("fused_adamw"),
 ]
 SCRIPT_BY_NAME = {s.name: s for s in SCRIPTS}
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
+from xla_migrate.engine.context import MigrationContext
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import imported_from, joined, short
 
@@ -57,8 +58,7 @@ class SyncfreeOptimizers(Rule):
             return
         optimizer = _QUALNAMES[matched[0]]
         accepted = SYNCFREE[optimizer]
-        unknown = [a.keyword.value for a in node.args
-                   if a.keyword is not None and a.keyword.value not in accepted and a.keyword.value not in _DROPPED]
+        unknown = _unknown_arguments(node, accepted)
         if unknown:
             self.finding(node, f"{short(node)}: syncfree.{optimizer} has no {', '.join(u + '=' for u in unknown)}",
                          f"left as is; use torch_xla.amp.syncfree.{optimizer} without it if you can")
@@ -77,3 +77,17 @@ class SyncfreeOptimizers(Rule):
                          f"check they hold only {', '.join(accepted[1:])} (not fused= or foreach=)")
         for dead in imported_from(self.ctx, node.func, matched[0]):
             self.import_may_be_dead(*dead)
+
+
+def _unknown_arguments(node: cst.Call, accepted: tuple[str, ...]) -> list[str]:
+    return [a.keyword.value for a in node.args
+            if a.keyword is not None and a.keyword.value not in accepted and a.keyword.value not in _DROPPED]
+
+
+def becomes_syncfree(ctx: MigrationContext, node: cst.Call) -> bool:
+    """This rule rewrites ``node`` (and drops its ``fused=``/``foreach=``): XLA205 then leaves it alone, since
+    two rewrites of one call do not compose."""
+    if not (ctx.runs(SyncfreeOptimizers.code) and ctx.facts.uses_amp):
+        return False
+    matched = sorted(q for q in ctx.qualnames(node.func) if q in _QUALNAMES)
+    return bool(matched) and not _unknown_arguments(node, SYNCFREE[_QUALNAMES[matched[0]]])
