@@ -76,6 +76,7 @@ SCRIPTS = [
     Script("finite_check"),
     Script("inference_mode_eval", optimizer_steps=20, eval_batches=5, host_reads=5),
     Script("fused_adamw"),
+    Script("host_labels", optimizer_steps=16, eval_batches=4, host_reads=2),
 ]
 SCRIPT_BY_NAME = {s.name: s for s in SCRIPTS}
 

@@ -13,6 +13,12 @@ What it does:
     ``.to(device)`` calls on the batches (redundant on a device loader, but harmless). So are the loops of
     a script that builds an ``accelerate.Accelerator``: its prepared loaders are device loaders (XLA605).
 
+    A loop whose batch has an element the program never moves to the device and only collects or converts on
+    the host (``labels.append(y)``, ``y.numpy()``: ``xla_migrate.analysis.steps.host_batch``) is not wrapped
+    either: the device loader moves every element, and the collected labels would reach numpy, matplotlib or
+    sklearn as XLA tensors ("can't convert xla:0 device type tensor to numpy"). It is reported, and XLA302
+    marks its step instead.
+
     Where the device may be the CPU at run time (a device option, ``torch.device("cuda" if use_cuda else
     "cpu")`` with a user flag: see ``xla_migrate.analysis.device_flow``), the loader is wrapped only when the
     device is XLA: ``pl.MpDeviceLoader(train_loader, device) if torch.device(device).type == "xla" else
@@ -59,7 +65,18 @@ class WrapDeviceLoader(Rule):
 
     def visit_For(self, node: cst.For) -> None:
         step = self.ctx.steps.loop(node)
-        if step is None or not self.ctx.steps.gets_device_loader(step):
+        if step is None:
+            return
+        if not self.ctx.steps.gets_device_loader(step):
+            kept = self.ctx.steps.host_batch_elements(step) if self.ctx.steps.device_loader_fits(step) else []
+            if kept:
+                names = ", ".join(f"`{name}`" for name in kept)
+                them, stay = ("them", "stay") if len(kept) > 1 else ("it", "stays")
+                self.finding(node.iter, f"{names} of this loop's batch {stay} on the host (the loop collects or "
+                             f"converts {them} there, never moving {them}): the loader is not wrapped in the device "
+                             f"loader, which would move {them} too; a step barrier marks the step instead",
+                             f"to prefetch with the device loader, wrap it and take {names} to the host "
+                             f"(`.cpu()`) where the loop collects {them}")
             return
         loader = step.loader
         assert loader is not None

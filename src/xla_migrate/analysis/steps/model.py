@@ -13,7 +13,7 @@ import libcst as cst
 from ...syntax import patterns
 from ..facts import DATALOADERS, DEVICE_LOADERS
 from .call_paths import CallPaths
-from . import not_steps
+from . import host_batch, not_steps
 from .collect import _Collector, _receiver, is_model_call
 from .epoch_reads import RepeatedRead, repeated_reads
 from .host_reads import _HostReadPlan
@@ -300,9 +300,24 @@ class StepModel(CallPaths, GradientReductions):
         """XLA301 wraps the loop's DataLoader: a training or evaluation loop over a DataLoader, not one that
         accumulates by a guard (the device loader would mark every micro-step), not in an Accelerate script,
         not where the device may be the CPU at run time (a device option: a device loader fails on the CPU,
-        and the step barrier XLA302 puts instead works on both)."""
+        and the step barrier XLA302 puts instead works on both), not where the batch has an element the program
+        keeps on the host (the device loader would move it too: ``host_batch_elements``)."""
+        return self.device_loader_fits(step) and not self.host_batch_elements(step)
+
+    def device_loader_fits(self, step: StepLoop) -> bool:
+        """``gets_device_loader`` but for the batch elements kept on the host."""
         return (step.loader is not None and not self.ctx.facts.uses_accelerate and step.accumulation != "guard"
                 and not step.has_barrier and not self.ctx.device_flow.may_be_cpu_at(step.loader))
+
+    def host_batch_elements(self, step: StepLoop) -> list[str]:
+        """Elements of the loop's batch that the program keeps on the host (host_batch.py): a device loader
+        would move them too."""
+        loop = step.loop
+        if not isinstance(loop, cst.For) or step.loader is None:
+            return []
+        enumerated = isinstance(loop.iter, cst.Call) and "builtins.enumerate" in self.ctx.qualnames(loop.iter.func)
+        return host_batch.host_kept(loop, host_batch.batch_names(loop, enumerated), self.ctx.parent,
+                                    self.ctx.qualnames)
 
     def iterates_device_loader(self, step: StepLoop) -> bool:
         """After migration the loop iterates a device loader: it already does, or XLA301 runs and wraps it."""
