@@ -77,6 +77,7 @@ SCRIPTS = [
     Script("inference_mode_eval", optimizer_steps=20, eval_batches=5, host_reads=5),
     Script("fused_adamw"),
     Script("host_labels", optimizer_steps=16, eval_batches=4, host_reads=2),
+    Script("cpu_before_device", optimizer_steps=24),
 ]
 SCRIPT_BY_NAME = {s.name: s for s in SCRIPTS}
 

@@ -19,6 +19,11 @@ What it does:
     sklearn as XLA tensors ("can't convert xla:0 device type tensor to numpy"). It is reported, and XLA302
     marks its step instead.
 
+    Nor is a loop that moves nothing to a device (no ``.to(...)``, ``.cuda()``, ``device=``) and runs before
+    the program binds its device, in a module that binds one further down: a notebook that trains its first
+    model on the CPU and only then defines ``device`` (mrdbourke's course notebooks). A device loader there
+    handed XLA batches to the CPU model ("Expected XLA tensor. Got: torch.FloatTensor"). It is reported.
+
     Where the device may be the CPU at run time (a device option, ``torch.device("cuda" if use_cuda else
     "cpu")`` with a user flag: see ``xla_migrate.analysis.device_flow``), the loader is wrapped only when the
     device is XLA: ``pl.MpDeviceLoader(train_loader, device) if torch.device(device).type == "xla" else
@@ -63,12 +68,25 @@ class WrapDeviceLoader(Rule):
     name = "wrap-device-loader"
     summary = "loaders iterated by training/eval loops -> pl.MpDeviceLoader(loader, device) at the loop"
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._acquired = False  # the XLA device is acquired before a CPU training loop (once)
+
     def visit_For(self, node: cst.For) -> None:
         step = self.ctx.steps.loop(node)
         if step is None:
             return
         if not self.ctx.steps.gets_device_loader(step):
-            kept = self.ctx.steps.host_batch_elements(step) if self.ctx.steps.device_loader_fits(step) else []
+            fits = self.ctx.steps.device_loader_fits(step)
+            if fits and self.ctx.steps.runs_before_the_device(step):
+                self.finding(node.iter, "this loop moves nothing to a device and runs before the program binds "
+                             "its device: it trains or evaluates on the CPU, so its loader is not wrapped in the "
+                             "device loader (which would hand XLA batches to a CPU model)",
+                             "if this loop should run on XLA, move its model and batches to the device")
+                if step.kind == "train":
+                    self._device_before_cpu_backward(node)
+                return
+            kept = self.ctx.steps.host_batch_elements(step) if fits else []
             if kept:
                 names = ", ".join(f"`{name}`" for name in kept)
                 them, stay = ("them", "stay") if len(kept) > 1 else ("it", "stays")
@@ -93,3 +111,21 @@ class WrapDeviceLoader(Rule):
             return patterns.fill(template, updated)
 
         self.replace(loader, wrap, f"{text} -> {patterns.code_of(template).replace(patterns.HOLE, text)}")
+
+    def _device_before_cpu_backward(self, loop: cst.For) -> None:
+        """Acquire the XLA device before the first CPU training loop's top-level statement (once): torch's
+        autograd engine sizes its per-device queues at its first backward, and a backward on XLA after one
+        on the CPU, before torch_xla had a device, fails with "INTERNAL ASSERT FAILED ... device_ready_queues_"
+        (torch 2.9.0 + torch_xla 2.9.0 and 2.6.1, measured here; mrdbourke's workflow notebook)."""
+        if self._acquired:
+            return
+        self._acquired = True
+        statement = loop
+        while self.ctx.parent(statement) is not self.ctx.module:
+            statement = self.ctx.parent(statement)
+        code = self.ctx.spell("device")
+        new = self.ctx.statement(code).with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            "# The XLA device before the first backward on the CPU: torch's autograd engine sets up its "
+            "device queues then."))])
+        self.insert_before(statement, [new], f"{code} before the CPU training loop (an XLA backward after a CPU "
+                                             "backward fails unless the XLA device existed then)")

@@ -87,3 +87,18 @@ def _use(node: cst.CSTNode, parent: Parent, qualnames: Qualnames) -> str:
             if isinstance(augmented, cst.AugAssign) and augmented.value is holder:
                 return "sink"
         return "other"
+
+
+def moves_to_a_device(loop: cst.For, is_device: Callable[[cst.BaseExpression], bool]) -> bool:
+    """The loop body moves something to a device: ``.to(...)``, ``.cuda()``, a ``device=`` argument, or a call
+    given a device (``prepare(batch, device)``, ``batch_to(self.device, batch)``). A loop over a DataLoader whose
+    body does none of this runs its batches where the loader makes them, on the CPU: a notebook's first model,
+    trained before it defines ``device``, or an evaluation helper written before the device existed."""
+    def moves(node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Call):
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("to", "cuda", "to_device"):
+                return True
+            return any(arg.keyword is not None and arg.keyword.value == "device" or is_device(arg.value)
+                       for arg in node.args)
+        return False
+    return bool(patterns.find_all(loop.body, moves))

@@ -302,7 +302,35 @@ class StepModel(CallPaths, GradientReductions):
         not where the device may be the CPU at run time (a device option: a device loader fails on the CPU,
         and the step barrier XLA302 puts instead works on both), not where the batch has an element the program
         keeps on the host (the device loader would move it too: ``host_batch_elements``)."""
-        return self.device_loader_fits(step) and not self.host_batch_elements(step)
+        return (self.device_loader_fits(step) and not self.host_batch_elements(step)
+                and not self.runs_before_the_device(step))
+
+    def runs_before_the_device(self, step: StepLoop) -> bool:
+        """The loop runs on the CPU because the program has no device yet: it moves nothing to a device
+        (host_batch.moves_to_a_device), no device is bound in its function, and the module binds its device
+        only further down (a notebook that trains its first model on the CPU, then defines ``device``). A
+        device loader would hand XLA batches to that CPU model. A module that binds no device at all is not
+        such a program (its model may be moved elsewhere): its loops keep the device loader."""
+        loop = step.loop
+        if not isinstance(loop, cst.For) or host_batch.moves_to_a_device(loop, self._is_device_value):
+            return False
+        scopes = self.ctx.visible_scopes(loop)
+        if any(self.ctx.facts.device_names.get(scope) for scope in scopes[:-1]):
+            return False
+        module_scope = scopes[-1] if scopes else None
+        if module_scope is None or not self.ctx.facts.device_names.get(module_scope):
+            return False
+        start = self.ctx.position(loop)
+        bindings = [b for b in self.ctx.facts.device_bindings if self.ctx.scopes.get(b) is module_scope]
+        return bool(bindings) and all(self.ctx.position(b) > start for b in bindings)
+
+    def _is_device_value(self, node: cst.BaseExpression) -> bool:
+        name = patterns.dotted_name(node)
+        if name is None:
+            return False
+        if name.rsplit(".", 1)[-1] in ("device", "dev", "xla_device") or name.endswith("_device"):
+            return True
+        return any(name in self.ctx.facts.device_names.get(scope, ()) for scope in self.ctx.visible_scopes(node))
 
     def device_loader_fits(self, step: StepLoop) -> bool:
         """``gets_device_loader`` but for the batch elements kept on the host."""
