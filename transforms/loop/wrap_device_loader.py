@@ -23,6 +23,9 @@ What it does:
     the program binds its device, in a module that binds one further down: a notebook that trains its first
     model on the CPU and only then defines ``device`` (mrdbourke's course notebooks). A device loader there
     handed XLA batches to the CPU model ("Expected XLA tensor. Got: torch.FloatTensor"). It is reported.
+    Before the first such training loop (over a loader or not) the XLA device is acquired: torch's autograd
+    engine sets up its device queues at its first backward, and a backward on XLA after a CPU one made
+    before torch_xla had a device fails ("INTERNAL ASSERT FAILED ... device_ready_queues_").
 
     Where the device may be the CPU at run time (a device option, ``torch.device("cuda" if use_cuda else
     "cpu")`` with a user flag: see ``xla_migrate.analysis.device_flow``), the loader is wrapped only when the
@@ -76,15 +79,16 @@ class WrapDeviceLoader(Rule):
         step = self.ctx.steps.loop(node)
         if step is None:
             return
+        before_device = self.ctx.steps.runs_before_the_device(step)
+        if before_device and step.kind == "train":
+            self._device_before_cpu_backward(node)
         if not self.ctx.steps.gets_device_loader(step):
             fits = self.ctx.steps.device_loader_fits(step)
-            if fits and self.ctx.steps.runs_before_the_device(step):
+            if fits and before_device:
                 self.finding(node.iter, "this loop moves nothing to a device and runs before the program binds "
                              "its device: it trains or evaluates on the CPU, so its loader is not wrapped in the "
                              "device loader (which would hand XLA batches to a CPU model)",
                              "if this loop should run on XLA, move its model and batches to the device")
-                if step.kind == "train":
-                    self._device_before_cpu_backward(node)
                 return
             kept = self.ctx.steps.host_batch_elements(step) if fits else []
             if kept:
