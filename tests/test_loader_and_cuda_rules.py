@@ -128,12 +128,26 @@ def test_xla102_reports_the_pin_memory_calls_it_leaves_where_the_script_defines_
     assert plain.findings == [] and ".pin_memory()" not in plain.code
 
 
-def test_xla107_reports_a_model_moved_after_its_optimizer_was_built():
+def test_xla107_moves_a_model_above_the_optimizer_built_from_its_parameters():
     source = (ROOT / "fixtures" / "XLA107" / "optimizer_first.in.py").read_text()
     for target in ("sagemaker", "2.9"):
-        # model.cuda() after SGD(model.parameters()); net.to(device) after AdamW over a named_parameters()
-        # list; not the move above its optimizer, nor the dtype cast after it.
-        assert _findings(source, ["XLA107"], target) == [(8, "XLA107"), (22, "XLA107")]
+        # model.cuda() after SGD(model.parameters()): the move goes above the optimizer; net.to(device) after
+        # AdamW over a named_parameters() list: above the list; not the move above its optimizer, nor the
+        # dtype cast after it.
+        result = migrate(source, target=target, select=["XLA107"])
+        moved = [c.line for c in result.changes if "before the optimizer" in c.message]
+        assert moved == [7, 20], result.changes
+        assert result.findings == []
+        assert "    model.to(device)\n    optimizer = torch.optim.SGD(" in result.code
+        assert "    net.to(device)\n    decay = [p for n, p in net.named_parameters()" in result.code
+        again = migrate(result.code, target=target, select=["XLA107"])
+        assert again.code == result.code and again.changes == []
+
+
+def test_xla107_reports_where_no_statement_can_go_above_the_optimizer():
+    source = ("import torch\nimport torch.nn as nn\n\n\ndef f(device, flag):\n    model = nn.Linear(2, 2)\n"
+              "    if flag: opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    model.to(device)\n")
+    assert _findings(source, ["XLA107"]) == [(8, "XLA107")]
 
 
 @pytest.mark.parametrize("source", [

@@ -1,11 +1,12 @@
-"""XLA107 optimizer-before-device-move: an optimizer built before its model moves to the device is reported.
+"""XLA107 optimizer-before-device-move: an optimizer built before its model moves to the device gets the move.
 
 What it does:
-    Reports a model move (``model.cuda()``, ``model.to(device)``, ``model = model.to("cuda")``) that comes,
+    Finds a model move (``model.cuda()``, ``model.to(device)``, ``model = model.to("cuda")``) that comes,
     in the same function, after an optimizer was built from that model's parameters
-    (``torch.optim.SGD(model.parameters())``, parameter groups, ``named_parameters()`` comprehensions).
-    The finding names the optimizer's line and the edit: build the optimizer after the move. Nothing is
-    rewritten: moving a statement across the code between them is a person's call.
+    (``torch.optim.SGD(model.parameters())``, parameter groups, ``named_parameters()`` comprehensions), and
+    moves the model to the XLA device just before the optimizer is built (``model.to(device)``:
+    ``Module.to`` moves in place and returns the module, so the later move is a no-op). Where no statement
+    can go before the optimizer (a one-line suite), it reports the move instead, with the optimizer's line.
 
 Why:
     On CUDA, ``Module.to`` keeps the parameter objects (it swaps their storage), so an optimizer built
@@ -53,12 +54,15 @@ class _Site:
     model: str
     line: int
     node: cst.CSTNode
+    # Where the optimizer's parameters of ``model`` are read: the optimizer, or the earlier statement that
+    # listed them (``decay = [p for n, p in model.named_parameters() ...]``).
+    read_at: cst.CSTNode | None = None
 
 
 class OptimizerBeforeDeviceMove(Rule):
     code = "XLA107"
     name = "optimizer-before-device-move"
-    summary = "an optimizer built from model.parameters() before the model moves to the device is reported"
+    summary = "an optimizer built from model.parameters() before the model moves: the model moves first"
     on_xla_code = True  # the same silent failure in code that already runs on XLA
     # It also re-ties tied weights after a move (an edit): on a CUDA path of code already on XLA the engine
     # drops that edit, and the report stands.
@@ -76,13 +80,14 @@ class OptimizerBeforeDeviceMove(Rule):
         # (scope, name) -> the constructor call of the object the name holds (``model = GPT(config)``).
         self._made: dict[tuple[object, str], cst.Call] = {}
         self._local_ties = ties.class_ties(ctx.module)
+        self._moved_before: set[str] = set()  # models moved above their optimizer by this run
 
     def visit_Call(self, node: cst.Call) -> None:
         self._note_parameter_list(node)
         if self._is_optimizer(node):
             for model in self._models_in(node):
                 self._optimizers.setdefault(self.ctx.function_scope(node), []).append(
-                    _Site(model, self.ctx.position(node)[0], node))
+                    _Site(model, self.ctx.position(node)[0], node, self._parameters_read_at(node, model)))
             return
         model = self._moved_module(node)
         if model is not None:
@@ -108,14 +113,18 @@ class OptimizerBeforeDeviceMove(Rule):
                 and (patterns.method_call(node, "cuda") or self._names_a_device(node)):
             self._retie(parent.targets[0].target.value, made, node)  # made and moved in one statement
 
-    def _retie(self, model: str, made: cst.Call, move: cst.Call) -> None:
-        found = ties.ties_of_class(self.ctx, made, self._local_ties)
+    def _retie_lines(self, model: str, made: cst.Call | None) -> list[str]:
+        """The statements that tie ``model``'s shared weights again after a move (none: nothing is tied)."""
+        found = ties.ties_of_class(self.ctx, made, self._local_ties) if made is not None else None
         if not found:
-            return
-        statement = self.ctx.enclosing_statement(move)
+            return []
+        return [f"{model}.tie_weights()"] if found == "hf" else ties.retie_code(model, found)  # type: ignore[arg-type]
+
+    def _retie(self, model: str, made: cst.Call, move: cst.Call) -> None:
+        lines = self._retie_lines(model, made)
+        statement = self.ctx.enclosing_statement(move) if lines else None
         if statement is None:
             return
-        lines = [f"{model}.tie_weights()"] if found == "hf" else ties.retie_code(model, found)  # type: ignore[arg-type]
         following = self._next_statement(statement)
         if following is not None and " ".join(patterns.code_of(following).split()) == lines[0]:
             return  # already re-tied (the output of an earlier run)
@@ -141,6 +150,20 @@ class OptimizerBeforeDeviceMove(Rule):
                 if not built:
                     continue
                 first = built[0]
+                read_at = first.read_at or first.node
+                if any(m.model == move.model and m.line < self.ctx.position(read_at)[0] for m in moves):
+                    continue  # moved before the optimizer too (the output of an earlier run): it holds those
+                statement = self.ctx.enclosing_statement(read_at)
+                if statement is not None and move.model not in self._moved_before:
+                    self._moved_before.add(move.model)
+                    device = self.ctx.device_reference(first.node, self.code)
+                    lines = [f"{move.model}.to({device})", *self._retie_lines(move.model, made)]
+                    self.insert_before(statement, [self.ctx.statement(line) for line in lines],
+                                       f"{move.model}.to({device}) before the optimizer of line {first.line}: on "
+                                       f"XLA the move of line {move.line} makes new parameter objects, so an "
+                                       "optimizer built before it would keep the old CPU ones and the model would "
+                                       "not train (the later move is then a no-op)")
+                    continue
                 self.finding(
                     move.node,
                     f"`{short(move.node)}` moves the model after an optimizer was built from its parameters "
@@ -190,6 +213,19 @@ class OptimizerBeforeDeviceMove(Rule):
             for name in patterns.find_all(arg.value, lambda n: isinstance(n, cst.Name)):
                 models += self._parameter_lists.get((scope, name.value), [])
         return list(dict.fromkeys(models))
+
+    def _parameters_read_at(self, node: cst.Call, model: str) -> cst.CSTNode:
+        """The first place the optimizer's arguments read ``model``'s parameters: a list bound earlier, or the
+        optimizer call itself."""
+        scope = self.ctx.function_scope(node)
+        earliest: cst.CSTNode = node
+        for arg in node.args:
+            for name in patterns.find_all(arg.value, lambda n: isinstance(n, cst.Name)):
+                listed = self._assigned_by.get((scope, name.value))
+                if listed is not None and model in self._parameter_lists.get((scope, name.value), []) and \
+                        self.ctx.position(listed) < self.ctx.position(earliest):
+                    earliest = listed
+        return earliest
 
     @staticmethod
     def _parameters_read_in(expression: cst.BaseExpression) -> list[str]:
