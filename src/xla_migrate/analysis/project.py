@@ -334,8 +334,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
             main_block = True
     # Nested imports (inside functions) bind project modules too.
     launcher = False
-    # torchrun's variables make a torch program distributed; read by a torch-free program (numpy over MPI),
-    # they are that program's own business.
+    # Distributed setup is torch's: torchrun's variables, an init_process_group or a spawn in a module that
+    # never names torch (numpy over MPI, another framework's launcher) are that program's own business.
     torch_program = b"torch" in data
     distributed: list[tuple[int, str]] = []
     instances: list[tuple[str, str]] = []
@@ -345,12 +345,14 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
         elif isinstance(node, ast.Call):
             dotted = _dotted(node.func)
             last = dotted.rsplit(".", 1)[-1] if dotted else ""
+            if not torch_program:
+                continue
             if last in _DISTRIBUTED_CALLS or (dotted and dotted.rsplit(".", 1)[0] in ("DDP",)) or dotted == "DDP":
                 distributed.append((node.lineno, last or dotted))
             elif last in _LAUNCHERS and dotted and dotted.rsplit(".", 1)[0] in _LAUNCHER_MODULES:
                 launcher = True
                 distributed.append((node.lineno, dotted))
-            elif torch_program and _environment_variable(node) in _TORCHRUN_VARIABLES:
+            elif _environment_variable(node) in _TORCHRUN_VARIABLES:
                 distributed.append((node.lineno, f"os.environ {_environment_variable(node)}"))
         elif torch_program and isinstance(node, ast.Subscript) and _environment_variable(node) in _TORCHRUN_VARIABLES:
             distributed.append((node.lineno, f"os.environ {_environment_variable(node)}"))
