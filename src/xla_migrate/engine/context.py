@@ -25,7 +25,7 @@ from ..analysis.device_flow import DeviceFlow
 from ..analysis.facts import Facts, collect_facts
 from ..syntax.positions import Positions
 from ..analysis.project import ProjectFile
-from ..analysis.scopes import resolve_scopes
+from ..analysis.scopes import QualifiedNames, resolve_scopes
 from ..analysis.steps import StepModel
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
@@ -126,6 +126,7 @@ class MigrationContext:
         # QualifiedNameProvider does for every node of the module up front).
         self.scopes: dict[cst.CSTNode, Scope] = resolve_scopes(wrapper)
         self._qualnames: dict[cst.CSTNode, frozenset[str]] = {}
+        self._qualified_names = QualifiedNames(self.scopes)
         # Rendered here, not when a record first needs a position: that is deep inside the rules' traversal,
         # and rendering the module on top of that stack overflows on input at the nesting limit. The output
         # needs the render anyway (the input's code, for the gate and for an unchanged file).
@@ -231,9 +232,7 @@ class MigrationContext:
         """The node's qualified names (libcst's QualifiedNameProvider, by name), resolved on first ask."""
         names = self._qualnames.get(node)
         if names is None:
-            scope = self.scopes.get(node)
-            names = frozenset(q.name for q in scope.get_qualified_names_for(node)) if scope else frozenset()
-            self._qualnames[node] = names
+            names = self._qualnames[node] = self._qualified_names(node)
         return names
 
     def torch_names(self, node: cst.CSTNode) -> set[str]:
