@@ -54,8 +54,16 @@ def resolve_scopes(wrapper: cst.MetadataWrapper) -> Mapping[CSTNode, Scope | Non
         module = wrapper.module
         if ExpressionContextProvider not in cache:
             cache[ExpressionContextProvider] = MappingProxyType(expression_contexts(module))
-        cache[ScopeProvider] = MappingProxyType(scopes(module, cache[ExpressionContextProvider]))
+        parts: dict = {}
+        cache[ScopeProvider] = MappingProxyType(scopes(module, cache[ExpressionContextProvider], parts))
+        cache[_SharedReferents] = parts
     return cache[ScopeProvider]
+
+
+def referent_parts(wrapper: cst.MetadataWrapper) -> dict:
+    """How each shared referent set was made (``_SharedReferents``), for ``QualifiedNames``; empty when
+    the scopes came from libcst itself."""
+    return wrapper._metadata.get(_SharedReferents, {})
 
 
 # -- ExpressionContextProvider ------------------------------------------------------------------------------
@@ -207,12 +215,13 @@ _CONTEXT_HANDLERS = {
 
 # -- ScopeProvider ------------------------------------------------------------------------------------------
 
-def scopes(module: cst.Module, contexts: Mapping[CSTNode, ExpressionContext]) -> dict[CSTNode, Scope | None]:
+def scopes(module: cst.Module, contexts: Mapping[CSTNode, ExpressionContext],
+           parts: dict | None = None) -> dict[CSTNode, Scope | None]:
     """What ``wrapper.resolve(ScopeProvider)`` gives, as a dict in the same order, given the module's
-    expression contexts."""
+    expression contexts. ``parts`` receives how each shared referent set was made (``_SharedReferents``)."""
     builder = _ScopeBuilder(contexts)
     builder.visit(module)
-    builder.infer_accesses()
+    builder.infer_accesses(parts if parts is not None else {})
     return builder.found
 
 
@@ -490,12 +499,12 @@ class _ScopeBuilder:
         self.scope.record_assignment(node.name.value, node)
         return False
 
-    def infer_accesses(self) -> None:
+    def infer_accesses(self, parts: dict) -> None:
         """libcst's ScopeVisitor.infer_accesses: each access's name (the longest dotted prefix of its
         attribute chain that the scope knows), its referents, and the assignments' references (batched per
         scope and name)."""
         scope_name_accesses: dict[tuple[Scope, str], set[Access]] = defaultdict(set)
-        referents = _SharedReferents()
+        referents = _SharedReferents(parts)
         for access, enclosing_attribute, enclosing_string_annotation in self.deferred:
             name = cst.ensure_type(access.node, cst.Name).value
             if enclosing_attribute is not None:
@@ -511,7 +520,12 @@ class _ScopeBuilder:
             access.scope.record_access(name, access)
         for (scope, name), accesses in scope_name_accesses.items():
             for assignment in scope._resolve_scope_for_access(name, scope):
-                assignment.record_accesses(accesses)
+                if assignment.scope != scope:
+                    # libcst's record_accesses keeps the accesses "later" than the assignment: from another
+                    # scope, all of them (the group's accesses share one scope); without its per-access test
+                    assignment._BaseAssignment__accesses |= accesses
+                else:
+                    assignment.record_accesses(accesses)
         self.deferred = []
 
 
@@ -525,16 +539,25 @@ class _SharedReferents:
     equal to what libcst builds, so the sets are built once and what is computed from one can be cached by
     its identity. No one adds to an access's referents after this (libcst does not; nor does any rule)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parts: dict) -> None:
         # (scope, id of the name's assignment set) -> (the set, other-scope assignments, own-scope indexes
-        # sorted, own-scope assignments in that order, {count before: shared set})
+        # sorted, own-scope assignments in that order, {count before: shared set}, the set's size)
         self.groups: dict[tuple[Scope, int], tuple] = {}
+        # id of a shared set -> (the set, its group, how many of the group's own-scope assignments it has)
+        self.parts = parts
+        # id of a name's assignment set -> (the set, its size, the shared set of all of them)
+        self.whole: dict[int, tuple] = {}
 
     def record(self, access: Access, name: str) -> None:
         scope = access.scope
         assignments = scope._resolve_scope_for_access(name, scope)
         key = (scope, id(assignments))
         group = self.groups.get(key)
+        if group is None or group[0] is not assignments or group[5] != len(assignments):
+            if scope._assignments.get(name) is not assignments:
+                # the set of an enclosing scope: every assignment in it is that scope's (no copy)
+                group = (assignments, assignments, [], [], {}, len(assignments))
+                self.groups[key] = group
         if group is None or group[0] is not assignments or group[5] != len(assignments):
             others = [a for a in assignments if a.scope != scope]
             own = sorted((a for a in assignments if a.scope == scope), key=lambda a: a._index)
@@ -548,8 +571,19 @@ class _SharedReferents:
             access.record_assignments(name)
             return
         chosen = shared.get(before)
+        if chosen is None and not own:
+            # every assignment, from whichever scope reads them: one set for all those scopes
+            whole = self.whole.get(id(assignments))
+            if whole is not None and whole[0] is assignments and whole[1] == len(assignments):
+                chosen = shared[before] = whole[2]
         if chosen is None:
-            chosen = shared[before] = {*others, *own[:before]}
+            # built as libcst builds it
+            index = access._index
+            chosen = shared[before] = set()
+            chosen |= {a for a in assignments if a.scope != scope or a._index < index}
+            self.parts[id(chosen)] = (chosen, group, before)
+            if not own:
+                self.whole[id(assignments)] = (assignments, len(assignments), chosen)
         access._Access__assignments = chosen
 
 
@@ -586,7 +620,8 @@ class QualifiedNames:
     (1,000 ``import torch`` statements answer alike: one asked); which assignment is a node's own (libcst's
     ``_is_assignment``, which then answers alone) comes from an index of the set built once."""
 
-    def __init__(self, scopes: Mapping[CSTNode, Scope | None], growing: bool = False) -> None:
+    def __init__(self, scopes: Mapping[CSTNode, Scope | None], parts: dict | None = None,
+                 growing: bool = False) -> None:
         # growing: asked while the scopes are being built (libcst's ScopeVisitor asks of calls and
         # subscripts), when a name's assignments may still grow: nothing is kept past a change of a set.
         self.scopes = scopes
@@ -596,6 +631,11 @@ class QualifiedNames:
         self._kinds: dict[int, tuple[object, int, list, dict]] = {}
         self._kind_cache: dict[int, tuple[object, tuple]] = {}
         self._by_name: dict[tuple[int, str], tuple[int, frozenset[str]]] = {}
+        self._parts = parts or {}
+        # per referent group (see _SharedReferents): its other-scope assignments' names, and the names of
+        # its first i own-scope assignments for each i asked so far
+        self._others: dict[int, frozenset[str]] = {}
+        self._own: dict[int, list[frozenset[str]]] = {}
 
     def __call__(self, node: CSTNode) -> frozenset[str]:
         return self.names_in(self.scopes.get(node), node)
@@ -627,12 +667,35 @@ class QualifiedNames:
     def _referent_names(self, referents) -> frozenset[str]:
         cached = self._by_referents.get(id(referents))
         if cached is None or cached[0] is not referents:
-            by_kind = {}
-            for referent in referents:
-                by_kind.setdefault((self._kind(referent), referent.name), referent)
-            cached = self._by_referents[id(referents)] = (referents, frozenset(
-                q.name for referent in by_kind.values() for q in referent.get_qualified_names_for(referent.name)))
+            part = self._parts.get(id(referents))
+            if part is not None and part[0] is referents:
+                names = self._group_names(part[1], part[2])
+            else:
+                names = self._names_of(referents)
+            cached = self._by_referents[id(referents)] = (referents, names)
         return cached[1]
+
+    def _group_names(self, group: tuple, before: int) -> frozenset[str]:
+        """The names of a shared referent set from its parts: the group's other-scope assignments, and its
+        first ``before`` own-scope ones (built up once per group, however many sets it has)."""
+        # a group without own-scope assignments has all of the set's: one answer per set, whatever the scope
+        key = id(group[0]) if not group[3] else id(group)
+        others = self._others.get(key)
+        if others is None:
+            others = self._others[key] = self._names_of(group[1])
+        own = self._own.setdefault(id(group), [frozenset()])
+        while len(own) <= before:
+            assignment = group[3][len(own) - 1]
+            added = self._names_of((assignment,))
+            own.append(own[-1] if added <= own[-1] else own[-1] | added)
+        return others | own[before]
+
+    def _names_of(self, referents) -> frozenset[str]:
+        by_kind = {}
+        for referent in referents:
+            by_kind.setdefault((self._kind(referent), referent.name), referent)
+        return frozenset(q.name for referent in by_kind.values()
+                         for q in referent.get_qualified_names_for(referent.name))
 
     def _assignments(self, scope: Scope, full_name: str):
         """The assignments of the longest dotted prefix of ``full_name`` the scope knows (libcst's loop)."""
@@ -654,16 +717,22 @@ class QualifiedNames:
         """The set, its size, one assignment of each kind in it, and the set's own nodes: node id -> (node, the first
         assignment in the set's order whose node it is, as libcst's ``_is_assignment`` finds it)."""
         cached = self._kinds.get(id(assignments))
-        if cached is None or cached[0] is not assignments or cached[1] != len(assignments):
-            kinds: dict = {}
-            own: dict[int, tuple[CSTNode, Assignment]] = {}
-            for assignment in assignments:
+        if cached is None or cached[0] is not assignments:
+            cached = self._kinds[id(assignments)] = (assignments, 0, [], {}, {}, set())
+        if cached[1] != len(assignments):
+            # new assignments (the scopes are still being built): only those are looked at; a set only grows
+            _, _, _, own, kinds, seen = cached
+            for assignment in assignments - seen:
                 kinds.setdefault(self._kind(assignment), assignment)
                 if isinstance(assignment, Assignment):
                     for target in _assignment_nodes(assignment.node):
+                        # libcst takes the first in the set's order; two assignments of one name at the
+                        # same node (import torch, torch) answer alike
                         own.setdefault(id(target), (target, assignment))
-            cached = self._kinds[id(assignments)] = (assignments, len(assignments), list(kinds.values()), own)
-        return cached
+            seen |= assignments
+            cached = self._kinds[id(assignments)] = (assignments, len(assignments), list(kinds.values()), own,
+                                                     kinds, seen)
+        return cached[:4]
 
     def _kind(self, assignment) -> tuple:
         cached = self._kind_cache.get(id(assignment))
