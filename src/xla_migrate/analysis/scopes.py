@@ -38,6 +38,7 @@ from libcst.metadata.scope_provider import (
     ImportAssignment,
     Scope,
     _gen_dotted_names,
+    _is_assignment,
 )
 
 # A child field's value by its type (the walk's table): a node, a sequence of nodes, or neither.
@@ -607,6 +608,10 @@ def _hooks(node_type: type) -> tuple:
     return hooks
 
 
+# Sets of at most this many assignments are answered by libcst's own loop, without tables.
+_FEW = 8
+
+
 class QualifiedNames:
     """``{q.name for q in scope.get_qualified_names_for(node)}`` for any node, as libcst computes it, with
     what does not depend on the node computed once per module.
@@ -627,7 +632,6 @@ class QualifiedNames:
         self.scopes = scopes
         self.growing = growing
         self._by_referents: dict[int, tuple[object, frozenset[str]]] = {}
-        self._prefix: dict[tuple[Scope, str], set] = {}
         self._kinds: dict[int, tuple[object, int, list, dict]] = {}
         self._kind_cache: dict[int, tuple[object, tuple]] = {}
         self._by_name: dict[tuple[int, str], tuple[int, frozenset[str]]] = {}
@@ -653,6 +657,15 @@ class QualifiedNames:
         if full_name is None:
             return frozenset()
         assignments = self._assignments(scope, full_name)
+        if not assignments:
+            return frozenset()
+        if len(assignments) <= _FEW:
+            # libcst's own loop: tables for every small set cost more memory than the loop costs time
+            for assignment in assignments:
+                if isinstance(assignment, Assignment) and _is_assignment(node, assignment.node):
+                    return frozenset(q.name for q in assignment.get_qualified_names_for(full_name))
+            return frozenset(q.name for assignment in assignments
+                             for q in assignment.get_qualified_names_for(full_name))
         _, size, kinds, own = self._kinds_of(assignments)
         mine = own.get(id(node))
         if mine is not None and mine[0] is node:
@@ -691,6 +704,8 @@ class QualifiedNames:
         return others | own[before]
 
     def _names_of(self, referents) -> frozenset[str]:
+        if len(referents) <= _FEW:
+            return frozenset(q.name for referent in referents for q in referent.get_qualified_names_for(referent.name))
         by_kind = {}
         for referent in referents:
             by_kind.setdefault((self._kind(referent), referent.name), referent)
@@ -699,19 +714,14 @@ class QualifiedNames:
 
     def _assignments(self, scope: Scope, full_name: str):
         """The assignments of the longest dotted prefix of ``full_name`` the scope knows (libcst's loop)."""
-        key = (scope, full_name)
-        found = None if self.growing else self._prefix.get(key)
-        if found is None:
-            found = set()
-            prefix = full_name
-            while prefix:
-                if prefix in scope:
-                    found = scope[prefix]
-                    break
-                idx = prefix.rfind(".")
-                prefix = None if idx == -1 else prefix[:idx]
-            self._prefix[key] = found
-        return found
+        # not kept: a few lookups, and a table per scope and name cost more memory than it saved time
+        prefix = full_name
+        while prefix:
+            if prefix in scope:
+                return scope[prefix]
+            idx = prefix.rfind(".")
+            prefix = None if idx == -1 else prefix[:idx]
+        return set()
 
     def _kinds_of(self, assignments) -> tuple[object, int, list, dict]:
         """The set, its size, one assignment of each kind in it, and the set's own nodes: node id -> (node, the first
