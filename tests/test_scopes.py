@@ -249,3 +249,48 @@ def test_every_hook_of_libcsts_visitors_has_its_counterpart():
     assert {name for name in vars(ScopeVisitor) if name.startswith("on_")} == {"on_leave"}
     theirs = {name[len("visit_"):] for name in vars(ExpressionContextVisitor) if name.startswith(hooks)}
     assert theirs == {node_type.__name__ for node_type in scopes._CONTEXT_HANDLERS} | {"Name"}
+
+
+# A name bound many times, read from the module, functions, classes and comprehensions, before and after
+# some of its bindings (issue 38: the referent sets are shared, the qualified names cached).
+REPEATED_BINDINGS = SCOPE_SYNTAX + "".join(f'''
+import torch
+import torch.nn as nn
+from torch import cuda as c{i % 2}
+x{i} = torch.zeros({i}).cuda() + c0.device_count() + nn.Linear
+class M{i}(nn.Module):
+    def f(self, torch=None):
+        return torch, nn.functional.relu, [nn for _ in range(2)], c1
+def g{i}():
+    nn = {i}
+    return torch.cuda.is_available(), nn, typing.cast(int, {i})
+torch = torch if {i} else None
+''' for i in range(6))
+
+
+def test_qualified_names_equal_libcsts_for_every_node_with_repeated_bindings():
+    module = cst.parse_module(REPEATED_BINDINGS)
+    _, their_scopes = _libcsts(module)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    with walk.fast_visits():
+        our_scopes = scopes.resolve_scopes(wrapper)
+    names = scopes.QualifiedNames(our_scopes, scopes.referent_parts(wrapper))
+    asked = 0
+    for node, theirs in their_scopes.items():
+        if theirs is None or node not in our_scopes:  # not a node of the module: a string annotation's parse
+            continue
+        expected = {q.name for q in theirs.get_qualified_names_for(node)}
+        assert names(node) == expected, cst.Module([]).code_for_node(node)
+        asked += bool(expected)
+    assert asked > 400
+
+
+def test_function_scopes_reading_a_module_name_share_one_referent_set():
+    module = cst.parse_module("import torch\n" * 50 + "".join(f"def f{i}():\n    return torch.zeros({i})\n"
+                                                               for i in range(20)))
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    found = scopes.resolve_scopes(wrapper)
+    referents = [access.referents for scope in {id(s): s for s in found.values() if s}.values()
+                 for access in scope.accesses if access.node.value == "torch"]
+    assert len(referents) == 20 and all(len(r) == 50 for r in referents)
+    assert len({id(r) for r in referents}) == 1

@@ -16,6 +16,7 @@ release that changes its visitors must fail there.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -28,12 +29,16 @@ from libcst.metadata.scope_provider import (
     _ASSIGNMENT_LIKE_NODES,
     Access,
     AnnotationScope,
+    Assignment,
+    BuiltinAssignment,
     ClassScope,
     ComprehensionScope,
     FunctionScope,
     GlobalScope,
+    ImportAssignment,
     Scope,
     _gen_dotted_names,
+    _is_assignment,
 )
 
 # A child field's value by its type (the walk's table): a node, a sequence of nodes, or neither.
@@ -50,8 +55,16 @@ def resolve_scopes(wrapper: cst.MetadataWrapper) -> Mapping[CSTNode, Scope | Non
         module = wrapper.module
         if ExpressionContextProvider not in cache:
             cache[ExpressionContextProvider] = MappingProxyType(expression_contexts(module))
-        cache[ScopeProvider] = MappingProxyType(scopes(module, cache[ExpressionContextProvider]))
+        parts: dict = {}
+        cache[ScopeProvider] = MappingProxyType(scopes(module, cache[ExpressionContextProvider], parts))
+        cache[_SharedReferents] = parts
     return cache[ScopeProvider]
+
+
+def referent_parts(wrapper: cst.MetadataWrapper) -> dict:
+    """How each shared referent set was made (``_SharedReferents``), for ``QualifiedNames``; empty when
+    the scopes came from libcst itself."""
+    return wrapper._metadata.get(_SharedReferents, {})
 
 
 # -- ExpressionContextProvider ------------------------------------------------------------------------------
@@ -203,12 +216,13 @@ _CONTEXT_HANDLERS = {
 
 # -- ScopeProvider ------------------------------------------------------------------------------------------
 
-def scopes(module: cst.Module, contexts: Mapping[CSTNode, ExpressionContext]) -> dict[CSTNode, Scope | None]:
+def scopes(module: cst.Module, contexts: Mapping[CSTNode, ExpressionContext],
+           parts: dict | None = None) -> dict[CSTNode, Scope | None]:
     """What ``wrapper.resolve(ScopeProvider)`` gives, as a dict in the same order, given the module's
-    expression contexts."""
+    expression contexts. ``parts`` receives how each shared referent set was made (``_SharedReferents``)."""
     builder = _ScopeBuilder(contexts)
     builder.visit(module)
-    builder.infer_accesses()
+    builder.infer_accesses(parts if parts is not None else {})
     return builder.found
 
 
@@ -229,6 +243,8 @@ class _ScopeBuilder:
         self.in_type_hint: list[bool] = [False]
         self.in_ignored_subscript: set[cst.Subscript] = set()
         self.last_string_annotation: cst.BaseString | None = None
+        # libcst's get_qualified_names_for, without a walk of every binding of a name per question
+        self.qualified_names = QualifiedNames(self.found, growing=True)
 
     def visit(self, node: CSTNode) -> None:
         node_type = type(node)
@@ -281,7 +297,7 @@ class _ScopeBuilder:
     def visit_Call(self, node: cst.Call) -> bool:
         self.top_level_attribute.append(None)
         self.in_type_hint.append(False)
-        qnames = {qn.name for qn in self.scope.get_qualified_names_for(node)}
+        qnames = self.qualified_names.names_in(self.scope, node)
         if "typing.NewType" in qnames or "typing.TypeVar" in qnames:
             self.visit(node.func)
             self.in_type_hint[-1] = True
@@ -336,7 +352,7 @@ class _ScopeBuilder:
     def visit_Subscript(self, node: cst.Subscript) -> None:
         in_type_hint = False
         if isinstance(node.value, cst.Name):
-            qnames = {qn.name for qn in self.scope.get_qualified_names_for(node.value)}
+            qnames = self.qualified_names.names_in(self.scope, node.value)
             if any(qn.startswith(("typing.", "typing_extensions.")) for qn in qnames):
                 in_type_hint = True
             if "typing.Literal" in qnames or "typing_extensions.Literal" in qnames:
@@ -484,11 +500,12 @@ class _ScopeBuilder:
         self.scope.record_assignment(node.name.value, node)
         return False
 
-    def infer_accesses(self) -> None:
+    def infer_accesses(self, parts: dict) -> None:
         """libcst's ScopeVisitor.infer_accesses: each access's name (the longest dotted prefix of its
         attribute chain that the scope knows), its referents, and the assignments' references (batched per
         scope and name)."""
         scope_name_accesses: dict[tuple[Scope, str], set[Access]] = defaultdict(set)
+        referents = _SharedReferents(parts)
         for access, enclosing_attribute, enclosing_string_annotation in self.deferred:
             name = cst.ensure_type(access.node, cst.Name).value
             if enclosing_attribute is not None:
@@ -500,12 +517,75 @@ class _ScopeBuilder:
             if enclosing_string_annotation is not None:
                 access.node = enclosing_string_annotation
             scope_name_accesses[(access.scope, name)].add(access)
-            access.record_assignments(name)
+            referents.record(access, name)
             access.scope.record_access(name, access)
         for (scope, name), accesses in scope_name_accesses.items():
             for assignment in scope._resolve_scope_for_access(name, scope):
-                assignment.record_accesses(accesses)
+                if assignment.scope != scope:
+                    # libcst's record_accesses keeps the accesses "later" than the assignment: from another
+                    # scope, all of them (the group's accesses share one scope); without its per-access test
+                    assignment._BaseAssignment__accesses |= accesses
+                else:
+                    assignment.record_accesses(accesses)
         self.deferred = []
+
+
+class _SharedReferents:
+    """``Access.record_assignments``, with the sets shared. libcst gives each access its own set of the
+    assignments it may read: the name's assignments in the scope that binds it, less those of the access's
+    own scope that come after it. Built per access, that is a copy of every binding of the name each time:
+    a file with 1,000 ``import torch`` lines copied 1,000 assignments per access of ``torch``, and every
+    question about its qualified names walked them again (issue 38). Accesses with the same answer (the
+    same set of assignments, the same count of own-scope assignments before them) now hold one set object,
+    equal to what libcst builds, so the sets are built once and what is computed from one can be cached by
+    its identity. No one adds to an access's referents after this (libcst does not; nor does any rule)."""
+
+    def __init__(self, parts: dict) -> None:
+        # (scope, id of the name's assignment set) -> (the set, other-scope assignments, own-scope indexes
+        # sorted, own-scope assignments in that order, {count before: shared set}, the set's size)
+        self.groups: dict[tuple[Scope, int], tuple] = {}
+        # id of a shared set -> (the set, its group, how many of the group's own-scope assignments it has)
+        self.parts = parts
+        # id of a name's assignment set -> (the set, its size, the shared set of all of them)
+        self.whole: dict[int, tuple] = {}
+
+    def record(self, access: Access, name: str) -> None:
+        scope = access.scope
+        assignments = scope._resolve_scope_for_access(name, scope)
+        key = (scope, id(assignments))
+        group = self.groups.get(key)
+        if group is None or group[0] is not assignments or group[5] != len(assignments):
+            if scope._assignments.get(name) is not assignments:
+                # the set of an enclosing scope: every assignment in it is that scope's (no copy)
+                group = (assignments, assignments, [], [], {}, len(assignments))
+                self.groups[key] = group
+        if group is None or group[0] is not assignments or group[5] != len(assignments):
+            others = [a for a in assignments if a.scope != scope]
+            own = sorted((a for a in assignments if a.scope == scope), key=lambda a: a._index)
+            group = (assignments, others, [a._index for a in own], own, {}, len(assignments))
+            self.groups[key] = group
+        _, others, indexes, own, shared, _ = group
+        before = bisect_left(indexes, access._index)
+        if (not others and not before) or access.referents:
+            # Nothing before it in the scope (libcst then looks in the parent scope), or a set already
+            # started: libcst's own method, as it is.
+            access.record_assignments(name)
+            return
+        chosen = shared.get(before)
+        if chosen is None and not own:
+            # every assignment, from whichever scope reads them: one set for all those scopes
+            whole = self.whole.get(id(assignments))
+            if whole is not None and whole[0] is assignments and whole[1] == len(assignments):
+                chosen = shared[before] = whole[2]
+        if chosen is None:
+            # built as libcst builds it
+            index = access._index
+            chosen = shared[before] = set()
+            chosen |= {a for a in assignments if a.scope != scope or a._index < index}
+            self.parts[id(chosen)] = (chosen, group, before)
+            if not own:
+                self.whole[id(assignments)] = (assignments, len(assignments), chosen)
+        access._Access__assignments = chosen
 
 
 _builder_hooks = {
@@ -526,3 +606,173 @@ def _hooks(node_type: type) -> tuple:
              tuple(field for field, _ in child_fields(node_type)))
     _HOOKS[node_type] = hooks
     return hooks
+
+
+# Sets of at most this many assignments are answered by libcst's own loop, without tables.
+_FEW = 8
+
+
+class QualifiedNames:
+    """``{q.name for q in scope.get_qualified_names_for(node)}`` for any node, as libcst computes it, with
+    what does not depend on the node computed once per module.
+
+    libcst answers each question by walking every binding of the name: the referents of an access, or
+    every assignment of the longest dotted prefix the scope knows, each asked for its names again. With a
+    name bound many times (a file concatenated from scripts has hundreds of ``import torch``), each question
+    cost as many steps as there are bindings, and the pipeline asks for every name and attribute (issue 38).
+    Here: an access's answer is cached by its referent set (shared, see ``_SharedReferents``); a non-access
+    node's by the set of assignments and its dotted name, over the distinct kinds of assignment in the set
+    (1,000 ``import torch`` statements answer alike: one asked); which assignment is a node's own (libcst's
+    ``_is_assignment``, which then answers alone) comes from an index of the set built once."""
+
+    def __init__(self, scopes: Mapping[CSTNode, Scope | None], parts: dict | None = None,
+                 growing: bool = False) -> None:
+        # growing: asked while the scopes are being built (libcst's ScopeVisitor asks of calls and
+        # subscripts), when a name's assignments may still grow: nothing is kept past a change of a set.
+        self.scopes = scopes
+        self.growing = growing
+        self._by_referents: dict[int, tuple[object, frozenset[str]]] = {}
+        self._kinds: dict[int, tuple[object, int, list, dict]] = {}
+        self._kind_cache: dict[int, tuple[object, tuple]] = {}
+        self._by_name: dict[tuple[int, str], tuple[int, frozenset[str]]] = {}
+        self._parts = parts or {}
+        # per referent group (see _SharedReferents): its other-scope assignments' names, and the names of
+        # its first i own-scope assignments for each i asked so far
+        self._others: dict[int, frozenset[str]] = {}
+        self._own: dict[int, list[frozenset[str]]] = {}
+
+    def __call__(self, node: CSTNode) -> frozenset[str]:
+        return self.names_in(self.scopes.get(node), node)
+
+    def names_in(self, scope: Scope | None, node: CSTNode) -> frozenset[str]:
+        if not scope:
+            return frozenset()
+        accesses = scope._accesses_by_node.get(node)
+        if accesses:
+            names: set[str] = set()
+            for access in accesses:
+                names |= self._referent_names(access.referents)
+            return frozenset(names)
+        full_name = get_full_name_for_node(node)
+        if full_name is None:
+            return frozenset()
+        assignments = self._assignments(scope, full_name)
+        if not assignments:
+            return frozenset()
+        if len(assignments) <= _FEW:
+            # libcst's own loop: tables for every small set cost more memory than the loop costs time
+            for assignment in assignments:
+                if isinstance(assignment, Assignment) and _is_assignment(node, assignment.node):
+                    return frozenset(q.name for q in assignment.get_qualified_names_for(full_name))
+            return frozenset(q.name for assignment in assignments
+                             for q in assignment.get_qualified_names_for(full_name))
+        _, size, kinds, own = self._kinds_of(assignments)
+        mine = own.get(id(node))
+        if mine is not None and mine[0] is node:
+            return frozenset(q.name for q in mine[1].get_qualified_names_for(full_name))
+        key = (id(assignments), full_name)
+        cached = self._by_name.get(key)
+        if cached is None or cached[0] != size:
+            cached = self._by_name[key] = (size, frozenset(
+                q.name for assignment in kinds for q in assignment.get_qualified_names_for(full_name)))
+        return cached[1]
+
+    def _referent_names(self, referents) -> frozenset[str]:
+        cached = self._by_referents.get(id(referents))
+        if cached is None or cached[0] is not referents:
+            part = self._parts.get(id(referents))
+            if part is not None and part[0] is referents:
+                names = self._group_names(part[1], part[2])
+            else:
+                names = self._names_of(referents)
+            cached = self._by_referents[id(referents)] = (referents, names)
+        return cached[1]
+
+    def _group_names(self, group: tuple, before: int) -> frozenset[str]:
+        """The names of a shared referent set from its parts: the group's other-scope assignments, and its
+        first ``before`` own-scope ones (built up once per group, however many sets it has)."""
+        # a group without own-scope assignments has all of the set's: one answer per set, whatever the scope
+        key = id(group[0]) if not group[3] else id(group)
+        others = self._others.get(key)
+        if others is None:
+            others = self._others[key] = self._names_of(group[1])
+        own = self._own.setdefault(id(group), [frozenset()])
+        while len(own) <= before:
+            assignment = group[3][len(own) - 1]
+            added = self._names_of((assignment,))
+            own.append(own[-1] if added <= own[-1] else own[-1] | added)
+        return others | own[before]
+
+    def _names_of(self, referents) -> frozenset[str]:
+        if len(referents) <= _FEW:
+            return frozenset(q.name for referent in referents for q in referent.get_qualified_names_for(referent.name))
+        by_kind = {}
+        for referent in referents:
+            by_kind.setdefault((self._kind(referent), referent.name), referent)
+        return frozenset(q.name for referent in by_kind.values()
+                         for q in referent.get_qualified_names_for(referent.name))
+
+    def _assignments(self, scope: Scope, full_name: str):
+        """The assignments of the longest dotted prefix of ``full_name`` the scope knows (libcst's loop)."""
+        # not kept: a few lookups, and a table per scope and name cost more memory than it saved time
+        prefix = full_name
+        while prefix:
+            if prefix in scope:
+                return scope[prefix]
+            idx = prefix.rfind(".")
+            prefix = None if idx == -1 else prefix[:idx]
+        return set()
+
+    def _kinds_of(self, assignments) -> tuple[object, int, list, dict]:
+        """The set, its size, one assignment of each kind in it, and the set's own nodes: node id -> (node, the first
+        assignment in the set's order whose node it is, as libcst's ``_is_assignment`` finds it)."""
+        cached = self._kinds.get(id(assignments))
+        if cached is None or cached[0] is not assignments:
+            cached = self._kinds[id(assignments)] = (assignments, 0, [], {}, {}, set())
+        if cached[1] != len(assignments):
+            # new assignments (the scopes are still being built): only those are looked at; a set only grows
+            _, _, _, own, kinds, seen = cached
+            for assignment in assignments - seen:
+                kinds.setdefault(self._kind(assignment), assignment)
+                if isinstance(assignment, Assignment):
+                    for target in _assignment_nodes(assignment.node):
+                        # libcst takes the first in the set's order; two assignments of one name at the
+                        # same node (import torch, torch) answer alike
+                        own.setdefault(id(target), (target, assignment))
+            seen |= assignments
+            cached = self._kinds[id(assignments)] = (assignments, len(assignments), list(kinds.values()), own,
+                                                     kinds, seen)
+        return cached[:4]
+
+    def _kind(self, assignment) -> tuple:
+        cached = self._kind_cache.get(id(assignment))
+        if cached is None or cached[0] is not assignment:
+            cached = self._kind_cache[id(assignment)] = (assignment, _kind_of(assignment))
+        return cached[1]
+
+
+def _kind_of(assignment) -> tuple:
+    """What an assignment's ``get_qualified_names_for`` depends on (besides the name asked): an import's
+    module and names, a local binding's scope prefix, a builtin's name. Anything else is its own kind."""
+    kind = type(assignment)
+    if kind is ImportAssignment:
+        node = assignment.node
+        names = node.names
+        aliases = "*" if isinstance(names, cst.ImportStar) else tuple(
+            (get_full_name_for_node(alias.name), alias.evaluated_alias if alias.asname else None) for alias in names)
+        return (kind, assignment.get_module_name_for_import(), aliases)
+    if kind is Assignment:
+        return (kind, assignment.scope._name_prefix)
+    if kind is BuiltinAssignment:
+        return (kind, assignment.name)
+    return (kind, id(assignment))
+
+
+def _assignment_nodes(node: CSTNode):
+    """The nodes libcst's ``_is_assignment`` takes as part of the assignment at ``node``."""
+    yield node
+    if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+        for alias in node.names:
+            yield alias.name
+            if alias.asname is not None:
+                yield alias.asname.name

@@ -74,6 +74,11 @@ def collate_functions(ctx: MigrationContext) -> list[cst.FunctionDef]:
 
 
 def padded_collates(ctx: MigrationContext) -> list[PaddedCollate]:
+    """Once per file (two rules ask; each call walks the whole module twice)."""
+    return ctx.once(padded_collates, lambda: _padded_collates(ctx))  # type: ignore[return-value]
+
+
+def _padded_collates(ctx: MigrationContext) -> list[PaddedCollate]:
     length = max_length_constant(ctx)
     found: list[PaddedCollate] = []
     for function in collate_functions(ctx):
@@ -111,6 +116,11 @@ def max_length_constant(ctx: MigrationContext) -> str | None:
 
 
 def device_corpora(ctx: MigrationContext) -> list[DeviceCorpus]:
+    """Once per file (two rules ask): ``_device_corpora``."""
+    return ctx.once(device_corpora, lambda: _device_corpora(ctx))  # type: ignore[return-value]
+
+
+def _device_corpora(ctx: MigrationContext) -> list[DeviceCorpus]:
     """The ``batchify``/``get_batch`` shape (see the module docstring): a module-level function that returns
     ``x.to(device)``, whose results are passed to a module-level function that slices that parameter with
     a Python offset (``source[i:i + n]``, ``source[i + 1:...]``) inside a loop of the caller."""

@@ -25,7 +25,7 @@ from ..analysis.device_flow import DeviceFlow
 from ..analysis.facts import Facts, collect_facts
 from ..syntax.positions import Positions
 from ..analysis.project import ProjectFile
-from ..analysis.scopes import resolve_scopes
+from ..analysis.scopes import QualifiedNames, referent_parts, resolve_scopes
 from ..analysis.steps import StepModel
 from .records import Change, Finding
 from .targets import MODULE_PLACEHOLDERS, Target
@@ -126,6 +126,7 @@ class MigrationContext:
         # QualifiedNameProvider does for every node of the module up front).
         self.scopes: dict[cst.CSTNode, Scope] = resolve_scopes(wrapper)
         self._qualnames: dict[cst.CSTNode, frozenset[str]] = {}
+        self._qualified_names = QualifiedNames(self.scopes, referent_parts(wrapper))
         # Rendered here, not when a record first needs a position: that is deep inside the rules' traversal,
         # and rendering the module on top of that stack overflows on input at the nesting limit. The output
         # needs the render anyway (the input's code, for the gate and for an unchanged file).
@@ -173,6 +174,8 @@ class MigrationContext:
         self._torch_bound_locally: bool | None = None
         self._cuda_paths: CudaPaths | None = None
         self._device_flow: DeviceFlow | None = None
+        # Analyses more than one rule asks for, computed once per file (see ``once``).
+        self._once: dict[object, object] = {}
 
     def _project_file_context(self, rel: str) -> MigrationContext | str:
         """The analysis of another file of this file's project (the module holding the program's update, for
@@ -226,14 +229,19 @@ class MigrationContext:
             self._cuda_paths = collect_cuda_paths(self.module, self.qualnames, self.parent)
         return self._cuda_paths
 
+    def once(self, key: object, compute: Callable[[], object]) -> object:
+        """``compute()``, computed on the first ask for ``key`` in this file and kept: for an analysis that
+        walks the whole module and that several rules (or one rule per node) ask for (issue 38)."""
+        if key not in self._once:
+            self._once[key] = compute()
+        return self._once[key]
+
     # Metadata --------------------------------------------------------------------------------------------
     def qualnames(self, node: cst.CSTNode) -> frozenset[str]:
         """The node's qualified names (libcst's QualifiedNameProvider, by name), resolved on first ask."""
         names = self._qualnames.get(node)
         if names is None:
-            scope = self.scopes.get(node)
-            names = frozenset(q.name for q in scope.get_qualified_names_for(node)) if scope else frozenset()
-            self._qualnames[node] = names
+            names = self._qualnames[node] = self._qualified_names(node)
         return names
 
     def torch_names(self, node: cst.CSTNode) -> set[str]:
