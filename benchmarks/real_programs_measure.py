@@ -314,8 +314,8 @@ def render_summary(summary: dict[str, dict]) -> list[str]:
                      f"{s['new_crashes']} crashes the original did not have; {s['losses_equal']} losses equal "
                      f"to the original, {s['one_graph_per_step']} at one graph execution per step, "
                      f"{s['no_late_compiles']} without compilations after warm-up, {s['no_fallbacks']} without "
-                     f"CPU fallbacks; verify agrees on {s['verify_agrees']}; data-parallel {s.get('data_parallel', 0)}, "
-                     f"of which with unreduced updates {s.get('unreduced', 0)}")
+                     f"CPU fallbacks; verify agrees on {s['verify_agrees']}; data-parallel "
+                     f"{s.get('data_parallel', 0)}, of which with unreduced updates {s.get('unreduced', 0)}")
     return lines
 
 

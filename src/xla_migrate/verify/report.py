@@ -2,7 +2,8 @@
 
 Statuses, first that applies: ``cannot-run`` (exit 2: the check could not be made; the XLA run's figures are
 kept when it ran), ``crash`` (exit 1), ``not-on-xla`` (exit 1: no graph ran on the XLA device, or the trained
-parameters never lived there), ``divergence`` (exit 1: the losses, or replicas that train apart), ``slowdown`` (exit 1), ``clean`` (exit 0).
+parameters never lived there), ``divergence`` (exit 1: the losses, or replicas that train apart), ``slowdown``
+(exit 1), ``clean`` (exit 0).
 A check that could not compare the losses but found problems in the XLA run reports those problems (exit 1),
 with the reason it did not compare. JSON schema: docs/verify.schema.json (``xla-migrate-verify`` version 3).
 """
@@ -63,7 +64,7 @@ class Report:
             return "crash"
         if "not-on-xla" in kinds:
             return "not-on-xla"
-        if kinds & {"losses", "replicas"}:  # replicas: they train apart even where world size 1 shows no loss change
+        if kinds & {"losses", "replicas"}:  # replicas train apart even where world size 1 shows no loss change
             return "divergence"
         return "slowdown" if kinds else "clean"
 
