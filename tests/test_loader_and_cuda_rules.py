@@ -144,6 +144,15 @@ def test_xla107_moves_a_model_above_the_optimizer_built_from_its_parameters():
         assert again.code == result.code and again.changes == []
 
 
+def test_xla107_moves_each_function_s_model_once():
+    body = ("    model = nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    model.cuda()\n    model.cuda()\n    return model, opt\n")
+    source = f"import torch\nimport torch.nn as nn\n\n\ndef a():\n{body}\n\ndef b():\n{body}"
+    result = migrate(source, select=["XLA107"])
+    assert [c.line for c in result.changes if "before the optimizer" in c.message] == [7, 15]
+    assert result.findings == [] and result.code.count("    model.to(device)\n    opt = ") == 2
+
+
 def test_xla107_reports_where_no_statement_can_go_above_the_optimizer():
     source = ("import torch\nimport torch.nn as nn\n\n\ndef f(device, flag):\n    model = nn.Linear(2, 2)\n"
               "    if flag: opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    model.to(device)\n")

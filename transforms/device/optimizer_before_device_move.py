@@ -80,7 +80,7 @@ class OptimizerBeforeDeviceMove(Rule):
         # (scope, name) -> the constructor call of the object the name holds (``model = GPT(config)``).
         self._made: dict[tuple[object, str], cst.Call] = {}
         self._local_ties = ties.class_ties(ctx.module)
-        self._moved_before: set[str] = set()  # models moved above their optimizer by this run
+        self._moved_before: set[tuple[object, str]] = set()  # (scope, model) moved above its optimizer
 
     def visit_Call(self, node: cst.Call) -> None:
         self._note_parameter_list(node)
@@ -153,9 +153,11 @@ class OptimizerBeforeDeviceMove(Rule):
                 read_at = first.read_at or first.node
                 if any(m.model == move.model and m.line < self.ctx.position(read_at)[0] for m in moves):
                     continue  # moved before the optimizer too (the output of an earlier run): it holds those
+                if (scope, move.model) in self._moved_before:
+                    continue  # a second move after the same optimizer: the first one's edit covers it
                 statement = self.ctx.enclosing_statement(read_at)
-                if statement is not None and move.model not in self._moved_before:
-                    self._moved_before.add(move.model)
+                if statement is not None:
+                    self._moved_before.add((scope, move.model))
                     device = self.ctx.device_reference(first.node, self.code)
                     lines = [f"{move.model}.to({device})", *self._retie_lines(move.model, made)]
                     self.insert_before(statement, [self.ctx.statement(line) for line in lines],
