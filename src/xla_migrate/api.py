@@ -206,7 +206,7 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
     view = project.view(path) if project is not None else None
     # Nothing to migrate: the same decision as a tree run's (triggers.py), except for a project's entry file,
     # which may never spell torch yet starts the distributed helpers of the modules it imports (the launcher).
-    if not mentions_a_trigger(text) and not (view is not None and view.is_entry and view.distributed
+    if not mentions_a_trigger(text) and not (view is not None and view.distributed
                                              and view.index.modules[view.rel].main_block):
         if isinstance(source, str):
             result.encoding = _encoding_for_text(source)
