@@ -159,6 +159,21 @@ def test_xla107_reports_where_no_statement_can_go_above_the_optimizer():
     assert _findings(source, ["XLA107"]) == [(8, "XLA107")]
 
 
+def test_xla107_only_reports_in_code_already_on_xla():
+    # Code that already runs on torch_xla is never rewritten (the corpus bar: 0 such files changed): the
+    # re-tie of a Hugging Face model and the move above an optimizer become findings with their fix.
+    source = ("import torch\nimport torch_xla.core.xla_model as xm\nfrom transformers import AutoModel\n\n"
+              "device = xm.xla_device()\nmodel = AutoModel.from_pretrained('m')\n"
+              "optimizer = torch.optim.AdamW(model.parameters())\nmodel.to(device)\n")
+    for target in ("sagemaker", "2.9"):
+        result = migrate(source, target=target, select=["XLA107"])
+        assert result.code == source and result.changes == []
+        fixes = sorted((f.line, f.fix) for f in result.findings)
+        assert [line for line, _ in fixes] == [8, 8], fixes
+        assert any("model.tie_weights()" in fix for _, fix in fixes)
+        assert any("above line 7" in fix for _, fix in fixes)
+
+
 @pytest.mark.parametrize("source", [
     # A tensor moved after an optimizer over another model's parameters.
     "import torch\nopt = torch.optim.SGD(model.parameters())\nx = x.cuda()\n",

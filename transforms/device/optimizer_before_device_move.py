@@ -7,6 +7,8 @@ What it does:
     moves the model to the XLA device just before the optimizer is built (``model.to(device)``:
     ``Module.to`` moves in place and returns the module, so the later move is a no-op). Where no statement
     can go before the optimizer (a one-line suite), it reports the move instead, with the optimizer's line.
+    In code that already runs on torch_xla it only reports (the move and the re-tie below), as every rule does
+    there.
 
 Why:
     On CUDA, ``Module.to`` keeps the parameter objects (it swaps their storage), so an optimizer built
@@ -129,9 +131,13 @@ class OptimizerBeforeDeviceMove(Rule):
         if following is not None and " ".join(patterns.code_of(following).split()) == lines[0]:
             return  # already re-tied (the output of an earlier run)
         what = ", ".join(lines)
+        why = "on XLA the move gives each module its own copy of a shared weight, and the model would train both"
+        if self.ctx.facts.runs_on_xla:  # code already on XLA is reported, never rewritten
+            self.finding(move, f"`{short(move)}` unties the model's shared weights: {why}",
+                         f"re-tie them after the move: `{'; '.join(lines)}`")
+            return
         self.insert_after(statement, [self.ctx.statement(line) for line in lines],
-                          f"{what}: re-tied after the move (on XLA the move gives each module its own copy of a "
-                          "shared weight, and the model would train both)")
+                          f"{what}: re-tied after the move ({why})")
 
     def _next_statement(self, statement: cst.CSTNode) -> cst.CSTNode | None:
         block = self.ctx.parent(statement)
@@ -156,7 +162,8 @@ class OptimizerBeforeDeviceMove(Rule):
                 if (scope, move.model) in self._moved_before:
                     continue  # a second move after the same optimizer: the first one's edit covers it
                 statement = self.ctx.enclosing_statement(read_at)
-                if statement is not None:
+                # Code already on XLA is reported, never rewritten (the finding below).
+                if statement is not None and not self.ctx.facts.runs_on_xla:
                     self._moved_before.add((scope, move.model))
                     device = self.ctx.device_reference(first.node, self.code)
                     lines = [f"{move.model}.to({device})", *self._retie_lines(move.model, made)]
