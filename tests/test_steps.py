@@ -140,6 +140,25 @@ def test_evaluation_loops_and_the_forward_part_of_a_step():
     assert 19 not in steps, "a loop with no forward is no step"
 
 
+def test_calls_that_name_a_model_but_run_none_make_no_evaluation_loop():
+    # ignite's distributed utils: a loop over computation-model classes, a helper that sets the model.
+    ctx = model_of("""\
+        def sync(classes, backend):
+            for comp_model_cls in classes:
+                model = comp_model_cls.create_from_context()
+                _set_model(model)
+            for model_class in classes:
+                build_model(model_class(backend))
+
+        def evaluate(model, batches):
+            for x in batches:
+                model(x)
+        """)
+    steps = loops_by_line(ctx)
+    assert 2 not in steps and 5 not in steps, "class and helper calls are no forward"
+    assert steps[9].kind == "eval"
+
+
 def test_a_per_step_method_is_a_region_of_its_loop_with_a_call_path():
     ctx = model_of("""\
         class Trainer:

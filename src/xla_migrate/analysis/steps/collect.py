@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ...syntax import patterns
-from .kinds import (_MODEL_NAME, _OPTIMIZER_NAME, _SCHEDULER_NAME, BACKWARD, BARRIER, CALL, CLIP, CLIP_GRADS, CLOSURE,
+from .kinds import (_MODEL_NAME, _NOT_A_MODEL_NAME, _OPTIMIZER_NAME, _SCHEDULER_NAME, BACKWARD, BARRIER, CALL, CLIP, CLIP_GRADS, CLOSURE,
                     CONVERSIONS, FETCH, FETCH_GRADIENTS, FORWARD, GRAD, OPTIMIZER_STEP, READ, SCALER_UPDATE, SCHEDULE,
                     STEP, STEP_BARRIERS, STEP_CLOSURES, UNSCALE, ZERO_GRAD, Function, Loop)
 
@@ -237,12 +237,13 @@ def is_model_call(node: cst.Call, ctx: MigrationContext) -> bool:
     name = patterns.dotted_name(node.func)
     if name is None:
         return False
-    return name in ctx.facts.ddp_models or bool(_MODEL_NAME.search(name.rsplit(".", 1)[-1]))
+    return name in ctx.facts.ddp_models or is_model_name(name)
 
 
 def is_model_name(name: str) -> bool:
     """A dotted name whose last part says it holds a model (``model``, ``self.net``, ``g_ema``'s generator)."""
-    return bool(_MODEL_NAME.search(name.rsplit(".", 1)[-1]))
+    last = name.rsplit(".", 1)[-1]
+    return bool(_MODEL_NAME.search(last)) and not _NOT_A_MODEL_NAME.search(last)
 
 
 def _call_kind(ctx: MigrationContext, node: cst.Call) -> str | None:
