@@ -158,6 +158,23 @@ def test_index_helpers_relative_imports_and_packages(tmp_path):
     assert index.is_entry("broken.py")  # nothing imports it: a script of its own
 
 
+def test_star_imports_and_hubconf_are_no_entry_files_for_the_compile_cache(tmp_path):
+    # PyTorch-VAE's models/__init__.py star-imports each model; yolov5's hubconf.py is imported by torch.hub
+    # into a running program. XLA315's xr.initialize_cache there would run after the first computation.
+    model = "import torch\n\ndevice = torch.device('cuda')\n\n\nclass VAE(torch.nn.Module):\n    pass\n"
+    hubconf = "import torch\n\n\ndef vae():\n    return torch.nn.Linear(2, 2).cuda()\n\n\n" \
+              "if __name__ == '__main__':\n    vae()\n"
+    write(tmp_path, {"models/__init__.py": "from .vae import *\n", "models/vae.py": model, "hubconf.py": hubconf,
+                     "train.py": "import torch\nfrom models import VAE\n\nif __name__ == '__main__':\n"
+                                 "    device = torch.device('cuda')\n    VAE().to(device)\n"})
+    index = index_of(tmp_path)
+    assert index.edges["models/__init__.py"] == ("models/vae.py",)
+    assert not index.is_entry("models/vae.py")
+    for name, cached in (("models/vae.py", False), ("hubconf.py", False), ("train.py", True)):
+        result = migrate((tmp_path / name).read_text(), path=str(tmp_path / name), target="2.9", project=index)
+        assert ("initialize_cache" in result.code) is cached, name
+
+
 def test_a_file_outside_the_root_has_no_view(tmp_path):
     write(tmp_path / "a", {"x.py": "import torch\n"})
     index = build_index(str(tmp_path / "a"), [str(tmp_path / "a" / "x.py")])

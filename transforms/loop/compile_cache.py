@@ -12,7 +12,9 @@ What it does:
     (``torch_xla.launch``, ``xmp.spawn``; their processes start with the "spawn" method) run the module's
     code again when they import it, and inherit the settings besides. Not in a notebook (a cell run twice
     would call it after the first computation, which torch_xla refuses), nor in a file that already calls it
-    or builds an ``accelerate.Accelerator``. The ``2.9`` target only. The cache folder is in the change's
+    or builds an ``accelerate.Accelerator``, nor in a project's ``hubconf.py`` or a module that another imports,
+    even with ``from module import *`` (``torch.hub`` or the importer runs it after the first computation).
+    The ``2.9`` target only. The cache folder is in the change's
     message.
 
 Why:
@@ -84,7 +86,9 @@ class PersistentCompileCache(Rule):
         if ctx.project is not None:
             # An entry file no other module imports: a module imported late (inside a function, after the
             # first computation) would call it too late, and torch_xla refuses that.
-            return ctx.project.is_entry and not ctx.project.index.importers(ctx.project.rel)
+            # torch.hub imports a repository's hubconf.py into the user's running program: never an entry.
+            return ctx.project.is_entry and not ctx.project.index.importers(ctx.project.rel) and \
+                ctx.project.rel.rsplit("/", 1)[-1] != "hubconf.py"
         return ctx.facts.main_guard is not None or any(s.function is None for s in ctx.steps.loops.values())
 
     def _calls(self, node: cst.Module) -> list[cst.Call]:

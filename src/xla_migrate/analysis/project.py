@@ -383,6 +383,9 @@ def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str,
             base = ".".join([*parts, *([base] if base else [])])
         for alias in statement.names:
             if alias.name == "*":
+                # No name to resolve, but an import all the same: ``from .dfcvae import *`` in a package's
+                # __init__ makes dfcvae an imported module, not an entry file (XLA315 put the compile cache there).
+                imports.setdefault(f"*{base}", (base, ""))
                 continue
             local = alias.asname or alias.name
             # ``from pkg import module`` binds a module; ``from module import helper`` a name in it.
