@@ -159,6 +159,17 @@ def test_xla107_reports_where_no_statement_can_go_above_the_optimizer():
     assert _findings(source, ["XLA107"]) == [(8, "XLA107")]
 
 
+def test_xla107_reports_a_model_moved_after_its_optimizer_was_unpickled_with_it():
+    # sr_resnet's resumed branch: the pickled optimizer holds the pickled model's CPU parameters.
+    source = ("import torch\n\n\ndef main(path, device):\n    checkpoint = torch.load(path)\n"
+              "    model, optimizer = checkpoint['model'], checkpoint['optimizer']\n    model = model.to(device)\n"
+              "    nets = [torch.nn.Linear(2, 2)]\n    optimizers = [torch.optim.SGD(nets[0].parameters())]\n"
+              "    net, opt = nets[0], optimizers[0]\n    net.to(device)\n")
+    result = migrate(source, select=["XLA107"])
+    assert [(f.line, "unpickled" in f.message) for f in result.findings] == [(7, True)], result.findings
+    assert "optimizer.load_state_dict" in result.findings[0].fix
+
+
 def test_xla107_only_reports_in_code_already_on_xla():
     # Code that already runs on torch_xla is never rewritten (the corpus bar: 0 such files changed): the
     # re-tie of a Hugging Face model and the move above an optimizer become findings with their fix.

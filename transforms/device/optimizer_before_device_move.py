@@ -7,7 +7,9 @@ What it does:
     moves the model to the XLA device just before the optimizer is built (``model.to(device)``:
     ``Module.to`` moves in place and returns the module, so the later move is a no-op). Where no statement
     can go before the optimizer (a one-line suite), it reports the move instead, with the optimizer's line.
-    In code that already runs on torch_xla it only reports (the move and the re-tie below), as every rule does
+    A model read out of a checkpoint together with its pickled optimizer (``model = checkpoint["model"]``,
+    ``optimizer = checkpoint["optimizer"]``) and then moved is reported: no statement can go before the
+    unpickling. In code that already runs on torch_xla it only reports (the move and the re-tie below), as every rule does
     there.
 
 Why:
@@ -47,6 +49,8 @@ from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
+# A name that holds an optimizer (as the step model reads names: optimizer, optim_g, opt).
+_OPTIMIZER_NAME = re.compile(r"optim|^opt", re.IGNORECASE)
 # A `.to(...)` argument that names a device, not a dtype (`.to(torch.float16)` keeps the parameters).
 _DEVICE_WORD = re.compile(r"device|dev\b|cuda|gpu|rank|xla", re.IGNORECASE)
 
@@ -59,6 +63,13 @@ class _Site:
     # Where the optimizer's parameters of ``model`` are read: the optimizer, or the earlier statement that
     # listed them (``decay = [p for n, p in model.named_parameters() ...]``).
     read_at: cst.CSTNode | None = None
+
+
+def _keyed_by_string(value: cst.BaseExpression) -> bool:
+    """``checkpoint["optimizer"]`` (or a tuple of such reads): an object read out of a mapping by name."""
+    values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+    return all(isinstance(v, cst.Subscript) and len(v.slice) == 1 and isinstance(v.slice[0].slice, cst.Index)
+               and isinstance(v.slice[0].slice.value, cst.SimpleString) for v in values)
 
 
 class OptimizerBeforeDeviceMove(Rule):
@@ -83,6 +94,18 @@ class OptimizerBeforeDeviceMove(Rule):
         self._made: dict[tuple[object, str], cst.Call] = {}
         self._local_ties = ties.class_ties(ctx.module)
         self._moved_before: set[tuple[object, str]] = set()  # (scope, model) moved above its optimizer
+        # Per scope: names bound to an object read out of a loaded checkpoint (``optimizer =
+        # checkpoint["optimizer"]``, ``model = ckpt["model"]``): name -> its line.
+        self._unpickled: dict[object, dict[str, int]] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not _keyed_by_string(node.value):
+            return  # `optimizers[0]` is a list of built ones; a checkpoint is read by key
+        target = node.targets[0].target
+        names = [target] if isinstance(target, cst.Name) else [
+            e.value for e in getattr(target, "elements", ()) if isinstance(e.value, cst.Name)]
+        for name in names:
+            self._unpickled.setdefault(self.ctx.function_scope(node), {})[name.value] = self.ctx.position(node)[0]
 
     def visit_Call(self, node: cst.Call) -> None:
         self._note_parameter_list(node)
@@ -152,6 +175,7 @@ class OptimizerBeforeDeviceMove(Rule):
                 made = self._made.get((scope, move.model))
                 if made is not None:
                     self._retie(move.model, made, move.node)  # type: ignore[arg-type]
+                self._report_unpickled_optimizer(scope, move)
                 built = [o for o in self._optimizers.get(scope, []) if o.model == move.model and o.line < move.line]
                 if not built:
                     continue
@@ -180,6 +204,26 @@ class OptimizerBeforeDeviceMove(Rule):
                     f"keeps the old CPU ones and the model does not train",
                     f"move `{short(move.node)}` above line {first.line}, so that the optimizer is built from "
                     f"the parameters on the device")
+
+    def _report_unpickled_optimizer(self, scope: object, move: _Site) -> None:
+        """``model = checkpoint["model"]; optimizer = checkpoint["optimizer"]``, then the model moves: the
+        unpickled optimizer holds the unpickled model's CPU parameters, which the move replaces on XLA. No
+        statement can go before an unpickling, so it is reported (sr_resnet's resumed branch)."""
+        loaded = self._unpickled.get(scope, {})
+        if loaded.get(move.model, move.line) >= move.line:
+            return  # the model was not read out of a checkpoint before this move
+        optimizers = sorted((line, name) for name, line in loaded.items()
+                            if _OPTIMIZER_NAME.search(name) and line < move.line)
+        if not optimizers:
+            return
+        line, name = optimizers[0]
+        self.finding(
+            move.node,
+            f"`{short(move.node)}` moves a model read out of a checkpoint whose optimizer `{name}` (line {line}) "
+            "was unpickled with it: the optimizer holds the CPU parameters, on XLA the move makes new ones, and "
+            "the resumed run would not train",
+            f"save and load state_dicts instead of whole objects, or build the optimizer again after the move "
+            f"and load its state: `{name}.load_state_dict(...)`")
 
     def _note_parameter_list(self, node: cst.Call) -> None:
         """``model.parameters()`` in the value of ``name = ...``: ``name`` holds ``model``'s parameters.
