@@ -11,6 +11,9 @@ things, each only when asked:
   let the replicas enter torch_xla's step marker strictly in turn (ordinal 0, 1, ..., N-1, 0, ...), so their
   collectives rendezvous (see docs/proof.md, "Two replicas"); without it the replicas deadlock in their first
   all-reduce. (The replicas share torch's global RNG: scripts run this way seed from a local generator.)
+- XLA_PROOF_SHARDING_FILE=path: write the sharding (``torch_xla._XLAC._get_xla_sharding_spec``) and shape of
+  every tensor of the first batch a device loader delivers, one ``shape<TAB>spec`` line each (the spmd form's
+  proof, tests/xla/test_spmd_proof.py).
 """
 
 import os
@@ -72,3 +75,35 @@ if os.environ.get("XLA_REPLICA_PROBE_FILE"):
     import replica_probe
 
     replica_probe.install()
+
+
+def _record_first_batch(parallel_loader):
+    """Wraps the device loader's ``__next__`` to write the first batch's shardings to XLA_PROOF_SHARDING_FILE."""
+    loader_class = parallel_loader.PerDeviceLoader
+    original = loader_class.__next__
+    done = []
+
+    def __next__(self):
+        batch = original(self)
+        if not done:
+            done.append(True)
+            import torch
+            import torch_xla
+
+            tensors = batch if isinstance(batch, (list, tuple)) else list(batch.values()) if isinstance(
+                batch, dict) else [batch]
+            with open(os.environ["XLA_PROOF_SHARDING_FILE"], "w") as handle:
+                for tensor in tensors:
+                    if isinstance(tensor, torch.Tensor):
+                        spec = torch_xla._XLAC._get_xla_sharding_spec(tensor)
+                        handle.write(f"{list(tensor.shape)}\t{spec}\n")
+        return batch
+
+    loader_class.__next__ = __next__
+
+
+if os.environ.get("XLA_PROOF_SHARDING_FILE"):
+    loader = sys.modules.get("sitecustomize")
+    if not hasattr(loader, "PatchAfterImport"):
+        raise RuntimeError("tests/xla/sitecustomize.py runs only after xla-migrate verify's loader")
+    sys.meta_path.insert(0, loader.PatchAfterImport({"torch_xla.distributed.parallel_loader": _record_first_batch}))
