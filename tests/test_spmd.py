@@ -1,6 +1,7 @@
 """The spmd form (issue 31, ``--data-parallel spmd``): a whole DDP script becomes one SPMD program (every rule
 together), mp.spawn becomes one call, collectives are reported, the target table refuses it on sagemaker, and
-torch FSDP is reported in every form (XLA415). The run on 4 devices is tests/xla/test_spmd_proof.py's."""
+torch FSDP1 becomes FSDPv2 in the spmd form and is reported elsewhere (XLA415). The runs on 4 devices are
+tests/xla/test_spmd_proof.py's."""
 
 from __future__ import annotations
 
@@ -96,21 +97,35 @@ def test_the_other_forms_are_unchanged_by_the_spmd_rules():
 
 
 FSDP1 = (ROOT / "fixtures" / "XLA415" / "fsdp1_wrap.in.py").read_text()
+FSDP1_PLAIN = (ROOT / "fixtures" / "XLA415" / "fsdp1_device_id.in.py").read_text()
 FSDP2 = (ROOT / "fixtures" / "XLA415" / "fsdp2_fully_shard.in.py").read_text()
 
 
 @pytest.mark.parametrize("target,form", [("2.9", None), ("2.9", "xm"), ("2.9", "ddp"), ("2.9", "spmd"),
                                          ("sagemaker", None), ("sagemaker", "xm"), ("sagemaker", "ddp")])
-def test_every_torch_fsdp_call_is_reported(target, form):
+def test_every_torch_fsdp_call_is_converted_or_reported(target, form):
     one = [f for f in migrate(FSDP1, target=target, data_parallel=form).findings if f.code == "XLA415"]
-    assert [(f.line, "torch FSDP1 does not run on XLA devices" in f.message) for f in one] == [(17, True)]
     two = [f for f in migrate(FSDP2, target=target, data_parallel=form).findings if f.code == "XLA415"]
-    assert [f.line for f in two] == [12, 13]
+    assert [f.line for f in one] == [17] and [f.line for f in two] == [12, 13]
+    plain = migrate(FSDP1_PLAIN, target=target, data_parallel=form)
+    plain_findings = [f for f in plain.findings if f.code == "XLA415"]
     fix = one[0].fix
+    if form == "spmd":
+        # auto_wrap_policy has no FSDPv2 form here: reported, the wrap kept; without it the wrap is converted.
+        assert "(auto_wrap_policy): not converted" in one[0].message
+        assert fix.startswith("wrap the model with SpmdFullyShardedDataParallel")
+        assert "FSDP(" in migrate(FSDP1, target=target, data_parallel=form).code
+        assert plain_findings == []
+        assert ('model = fsdpv2.SpmdFullyShardedDataParallel(model, mesh=xs.Mesh(np.arange('
+                'xr.global_runtime_device_count()), (xr.global_runtime_device_count(), 1), ("fsdp", "model")))'
+                ) in plain.code
+        assert "torch.distributed.fsdp" not in plain.code
+        assert two[0].fix.startswith("not converted yet: wrap the model with SpmdFullyShardedDataParallel")
+        return
+    assert "torch FSDP1 does not run on XLA devices" in one[0].message
+    assert [f.line for f in plain_findings] == [13] and "FSDP(" in plain.code
     if target == "sagemaker":
         assert fix.startswith("use torch_xla.distributed.fsdp.XlaFullyShardedDataParallel")
-    elif form == "spmd":
-        assert fix.startswith("not converted yet: wrap the model with SpmdFullyShardedDataParallel")
     else:
         assert fix.startswith("migrate with --data-parallel spmd and use FSDPv2")
 

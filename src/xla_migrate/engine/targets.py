@@ -24,6 +24,7 @@ MODULE_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "syncfree": ("torch_xla.amp.syncfree", "syncfree"),
     "xs": ("torch_xla.distributed.spmd", "xs"),
     "np": ("numpy", "np"),
+    "fsdpv2": ("torch_xla.experimental.spmd_fully_sharded_data_parallel", "fsdpv2"),
 }
 
 Version = tuple[int, int]
@@ -207,6 +208,10 @@ _CURRENT = {
     "spmd_device_loader": Spelling(
         '{pl}.MpDeviceLoader({0}, {1}, input_sharding={xs}.ShardingSpec({xs}.get_global_mesh(), ("data", None)))',
         since=(2, 3)),
+    # FSDPv2: the parameters sharded over the same devices, in the same order, as the "data" mesh (so the
+    # batch sharded on "data" is sharded on "fsdp" too).
+    "spmd_fsdp": Spelling('{fsdpv2}.SpmdFullyShardedDataParallel({0}, mesh={xs}.Mesh({np}.arange({1}), ({1}, 1), '
+                          '("fsdp", "model")))', since=(2, 3)),
     "spmd_world_size": Spelling("{xr}.process_count()", since=(2, 1)),
     "spmd_ordinal": Spelling("{xr}.process_index()", since=(2, 1)),
     "spmd_is_global_master": Spelling("{xr}.process_index() == 0", since=(2, 1)),
