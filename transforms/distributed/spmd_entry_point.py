@@ -22,7 +22,8 @@ Why:
     same script runs on one host or a pod slice (one process per host). ``xr.use_spmd()`` must run before
     any XLA device is used. Each loader's batch is now the global batch of the host's devices (DDP's was
     per process): with the batch size unchanged, each device gets ``batch_size / num_devices`` rows. Tensors
-    whose rank is not 2 are not matched by the ``("data", None)`` spec and load replicated.
+    whose rank is not 2 are not matched by the ``("data", None)`` spec and load replicated (results stay
+    right; that tensor's work is not split).
 
 Example:
     if __name__ == "__main__":
