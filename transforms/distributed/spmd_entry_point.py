@@ -87,8 +87,8 @@ class SpmdEntryPoint(Rule):
         if not isinstance(body, cst.IndentedBlock):
             where = guard if guard is not None else (ctx.module.body[0] if ctx.module.body else ctx.module)
             self.finding(where, "no __main__ block to start the SPMD program in",
-                         f"call {ctx.spell('use_spmd')} first thing when the script runs, then set the mesh: "
-                         f"{ctx.spell('spmd_data_mesh', ctx.spell('device_count'))}")
+                         f"call {_spelled(ctx, 'use_spmd')} first thing when the script runs, then set the mesh: "
+                         f"{_spelled(ctx, 'spmd_data_mesh', _spelled(ctx, 'device_count'))}")
             return
         first = body.body[0]
         self.insert_before(first, self._setup(first), f"{ctx.spell('use_spmd')} and a \"data\" mesh over "
@@ -114,7 +114,7 @@ class SpmdEntryPoint(Rule):
         if fn is None or any(a.star for a in node.args) or statement is None or (
                 args is not None and not isinstance(args.value, cst.Tuple)):
             self.finding(node, f"{short(node)}: cannot read the spawned function and its arguments",
-                         f"call the worker once with index 0, after {self.ctx.spell('use_spmd')} and the mesh")
+                         f"call the worker once with index 0, after {_spelled(self.ctx, 'use_spmd')} and the mesh")
             return
         elements = [patterns.code_of(e.value) for e in args.value.elements] if args is not None else []
         new = patterns.parsed_expression(f"{patterns.code_of(fn)}({', '.join(['0', *elements])})")
@@ -123,3 +123,8 @@ class SpmdEntryPoint(Rule):
                            "before the worker runs; each loader's batch size is now the global batch of the host's "
                            "devices (DDP's was per process)")
         self.import_may_be_dead("torch.multiprocessing", None)
+
+
+def _spelled(ctx, concept: str, *args: str) -> str:
+    """A concept's code for a finding's text, with the usual aliases: unlike ``ctx.spell`` it adds no import."""
+    return ctx.target.spelling(concept).template.format(*args, xr="xr", xs="xs", np="np")
