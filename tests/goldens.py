@@ -4,7 +4,8 @@ Distributed cases (every case of a distributed rule's folder, XLA4xx, and every 
 migrates as a distributed script) are also migrated in the data-parallel form that the default does not give
 them (DESIGN.md section 7): ``<case>.out-<target>.py`` is the default, ``--data-parallel auto`` (which picks
 ``xm`` or ``ddp`` per program), ``<case>.out-<target>-<form>.py`` the other form, asked for by name. So the
-suffix of the second file says which form auto chose (``-ddp``: it chose xm).
+suffix of the second file says which form auto chose (``-ddp``: it chose xm). A rule whose class names
+``golden_forms`` (the spmd form's rules) has its cases migrated in those forms too (``-spmd``).
 
 Rule folders (``XLA101``...) run that rule alone, so adding a rule never churns another rule's goldens;
 ``fixtures/scripts/`` holds whole scripts migrated by every rule. To (re)write expected outputs after a
@@ -74,7 +75,19 @@ def cases(folders: list[str] | None = None) -> list[Case]:
                 found.append(case)
                 if distributed:
                     found.extend(Case(folder.name, name, target, form) for form in _other_forms(case))
+                found.extend(Case(folder.name, name, target, form) for form in _named_forms(folder.name, target))
     return found
+
+
+def _named_forms(folder: str, target: str) -> list[str]:
+    """Forms a rule asks its own cases to be migrated in too (``golden_forms``: the spmd form's rules), where
+    the target has them."""
+    from xla_migrate.engine.registry import all_rules
+    from xla_migrate.engine.targets import TARGETS, data_parallel_problem
+
+    rule = next((r for r in all_rules() if r.code == folder), None)
+    forms = getattr(rule, "golden_forms", ())
+    return [form for form in forms if data_parallel_problem(TARGETS[target], form) is None]
 
 
 def _other_forms(case: Case) -> list[str]:

@@ -226,8 +226,6 @@ def test_device_name_is_bound_on_the_path_that_uses_it(migrated, target):
     assert not unbound, f"the else branch reads {sorted(unbound)}, bound only in the other branch:\n{orelse}"
 
 
-@known_defect(28, "torch FSDP(...) is kept on the xla process group with device_id=<XLA device> "
-                  "(AttributeError at FSDP()); no rule or finding mentions torch.distributed.fsdp")
 @BOTH
 def test_torch_fsdp_is_migrated_or_reported(migrated, target):
     run = migrated("28-torch-fsdp-kept-unreported", target)

@@ -160,7 +160,8 @@ def migrate(
     ``data_parallel``: the form a distributed script takes (DESIGN.md section 7): ``"ddp"`` keeps
     torch.distributed and DDP on torch_xla's ``xla`` process group, ``"xm"`` is the seeds' recipe (no DDP;
     ``xm.optimizer_step``, ``xmp.spawn``), ``"auto"`` (None: the default) takes xm where every update is shown
-    reduced once and the replicas start equal, else ddp (``result.data_parallel_reason`` says why). A form
+    reduced once and the replicas start equal, else ddp (``result.data_parallel_reason`` says why);
+    ``"spmd"`` (target 2.9) makes it one SPMD program over a device mesh (docs/guide.md, Scale out). A form
     the target cannot use raises ValueError, as an unknown ``target`` does.
 
     ``project``: a ``project.ProjectIndex`` the script belongs to (``path`` names the file in it): the

@@ -11,6 +11,10 @@ things, each only when asked:
   let the replicas enter torch_xla's step marker strictly in turn (ordinal 0, 1, ..., N-1, 0, ...), so their
   collectives rendezvous (see docs/proof.md, "Two replicas"); without it the replicas deadlock in their first
   all-reduce. (The replicas share torch's global RNG: scripts run this way seed from a local generator.)
+- XLA_PROOF_SHARDING_FILE=path: write the sharding (``torch_xla._XLAC._get_xla_sharding_spec``) and shape of
+  every tensor of the first batch a device loader delivers (``batch<TAB>shape<TAB>spec`` lines) and of every
+  parameter an FSDPv2 wrapper holds once built (``param<TAB>...``): the spmd form's proof,
+  tests/xla/test_spmd_proof.py.
 """
 
 import os
@@ -72,3 +76,53 @@ if os.environ.get("XLA_REPLICA_PROBE_FILE"):
     import replica_probe
 
     replica_probe.install()
+
+
+def _record_first_batch(parallel_loader):
+    """Wraps the device loader's ``__next__`` to write the first batch's shardings to XLA_PROOF_SHARDING_FILE."""
+    loader_class = parallel_loader.PerDeviceLoader
+    original = loader_class.__next__
+    done = []
+
+    def __next__(self):
+        batch = original(self)
+        if not done:
+            done.append(True)
+            import torch
+            import torch_xla
+
+            tensors = batch if isinstance(batch, (list, tuple)) else list(batch.values()) if isinstance(
+                batch, dict) else [batch]
+            _write_shardings("batch", [t for t in tensors if isinstance(t, torch.Tensor)])
+        return batch
+
+    loader_class.__next__ = __next__
+
+
+def _write_shardings(kind, tensors):
+    import torch_xla
+
+    with open(os.environ["XLA_PROOF_SHARDING_FILE"], "a") as handle:
+        for tensor in tensors:
+            handle.write(f"{kind}\t{list(tensor.shape)}\t{torch_xla._XLAC._get_xla_sharding_spec(tensor)}\n")
+
+
+def _record_fsdpv2_parameters(module):
+    """Wraps SpmdFullyShardedDataParallel's ``__init__`` to write its parameters' shardings once it is built."""
+    wrapper = module.SpmdFullyShardedDataParallel
+    original = wrapper.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _write_shardings("param", list(self.parameters()))
+
+    wrapper.__init__ = __init__
+
+
+if os.environ.get("XLA_PROOF_SHARDING_FILE"):
+    loader = sys.modules.get("sitecustomize")
+    if not hasattr(loader, "PatchAfterImport"):
+        raise RuntimeError("tests/xla/sitecustomize.py runs only after xla-migrate verify's loader")
+    sys.meta_path.insert(0, loader.PatchAfterImport({
+        "torch_xla.distributed.parallel_loader": _record_first_batch,
+        "torch_xla.experimental.spmd_fully_sharded_data_parallel": _record_fsdpv2_parameters}))

@@ -15,7 +15,8 @@ What it does:
     In a distributed loop whose gradients XLA406 all-reduces explicitly (they are clipped or read before the
     step) the step stays ``optimizer.step()``: the gradients are reduced exactly once. So it does in a
     distributed script migrated in the ddp data-parallel form (``--data-parallel ddp``), where DDP on the
-    ``xla`` process group reduces them during the backward.
+    ``xla`` process group reduces them during the backward, and in the spmd form (``--data-parallel
+    spmd``), where the compiler reduces the gradients of the sharded batch itself.
 
 Why:
     ``xm.optimizer_step`` all-reduces the gradients across replicas before stepping (a no-op on one device),
@@ -58,6 +59,8 @@ class OptimizerStepToXla(Rule):
             return
         if self.ctx.ddp_form:
             return  # DDP all-reduced the gradients in the backward: xm.optimizer_step would reduce again
+        if self.ctx.spmd_form:
+            return  # one SPMD program: the compiler reduces the sharded batch's gradients in the backward
         if self.ctx.steps.explicitly_reduced_step(node):
             # XLA406 all-reduces this loop's gradients right after the backward: a second reduction here
             # would run one more collective per step (the step model decides for both rules).

@@ -20,6 +20,9 @@ What it does:
     - ``model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`` is removed, in both forms (used in place,
       the call becomes its module): each replica normalises its own batch.
 
+    In the spmd form (``--data-parallel spmd``) the wrapper goes as in the xm form, without the broadcast:
+    one program holds the one copy of the weights, so ``model = DDP(model, ...)`` is removed.
+
     In the ddp data-parallel form (``--data-parallel ddp``, or what ``auto`` chooses) the wrapper stays,
     on the ``xla`` process group (XLA404): ``DDP(model, device_ids=[local_rank], output_device=local_rank)``
     -> ``DDP(model, gradient_as_bucket_view=True)`` (the CUDA device options go; the others stay), and
@@ -72,6 +75,8 @@ class DdpToXla(Rule):
         self._wrapped = {s.rsplit(".", 1)[-1] for s in ctx.facts.ddp_models}
         self._handled: set[cst.CSTNode] = set()
         self._wrapped_arguments: set[str] | None = None
+        # The forms without the wrapper: model.module and no_sync() go with it.
+        self._unwrapped = ctx.xm_form or ctx.spmd_form
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.distributed:
@@ -153,7 +158,10 @@ class DdpToXla(Rule):
         target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
         same = target is not None and patterns.dotted_name(target) is not None and (
             patterns.dotted_name(target) == patterns.dotted_name(wrapped))
-        if same and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        if same and self.ctx.spmd_form and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            self.remove(statement, f"removed {short(node)}: one SPMD program over the mesh, the compiler "
+                        "inserts the gradient reduction")
+        elif same and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
                 self.ctx.parent(statement), (cst.IndentedBlock, cst.Module)):
             broadcast = self._broadcast_statement(node, patterns.dotted_name(wrapped))  # type: ignore[arg-type]
             self.replace(statement, lambda updated: broadcast.with_changes(
@@ -169,7 +177,8 @@ class DdpToXla(Rule):
                 return value.with_changes(lpar=[*updated.lpar, *value.lpar], rpar=[*value.rpar, *updated.rpar])
 
             self.replace(node, inner, f"{short(node)} -> {short(wrapped)}: no DDP wrapper on XLA")
-            self._broadcast_beside(node, wrapped)
+            if not self.ctx.spmd_form:  # one SPMD program: no replicas to make equal
+                self._broadcast_beside(node, wrapped)
         for module_name, name in imported_from(self.ctx, node.func, qualname):
             self.import_may_be_dead(module_name, name)
         self.import_may_be_dead("torch.nn.parallel", "DistributedDataParallel")
@@ -263,7 +272,7 @@ class DdpToXla(Rule):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         """``model.module if hasattr(model, "module") else model`` -> ``model``."""
-        if not self.ctx.xm_form:
+        if not self._unwrapped:
             return
         test, body, orelse = node.test, node.body, node.orelse
         name = patterns.dotted_name(orelse)
@@ -285,9 +294,9 @@ class DdpToXla(Rule):
                      f"{short(node)} -> {name}: no DDP wrapper")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if self.ctx.xm_form and node.attr.value == "no_sync" and self._is_wrapper(node.value):
+        if self._unwrapped and node.attr.value == "no_sync" and self._is_wrapper(node.value):
             self._no_sync_reference(node)
-        if not self.ctx.xm_form or node.attr.value != "module" or node in self._handled:
+        if not self._unwrapped or node.attr.value != "module" or node in self._handled:
             return
         if not self._is_wrapper(node.value):
             return

@@ -13,6 +13,8 @@ What it does:
       ``sampler=<name>_sampler, shuffle=False`` (its ``shuffle`` moves to the sampler), and the first
       ``for epoch in ...`` loop after it in the same function starts with ``<name>_sampler.set_epoch(epoch)``
       (reported when there is none). Loaders with a ``batch_sampler`` or ``**kwargs`` are reported.
+    - In the spmd form (``--data-parallel spmd``: one process per host) the sampler shards over the hosts:
+      ``num_replicas=xr.process_count(), rank=xr.process_index()``.
 
 Why:
     Without a process group, ``DistributedSampler``'s defaults (``dist.get_world_size()``,
@@ -58,7 +60,7 @@ class DistributedSampler(Rule):
         self._trained: set[str] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.ctx.xm_form:
+        if not (self.ctx.xm_form or self.ctx.spmd_form):
             return  # the ddp form keeps the process group: samplers read it as written
         names = self.ctx.qualnames(node.func)
         if names & set(DISTRIBUTED_SAMPLERS):

@@ -62,8 +62,8 @@ class DistributedSeed(Rule):
             self._models.append(node)
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        if not self.ctx.distributed or not self._models:
-            return
+        if not self.ctx.distributed or not self._models or self.ctx.spmd_form:
+            return  # the spmd form: one program builds the one copy of the weights
         if self._program_wraps_ddp():
             # The ddp form keeps DDP, which broadcasts rank 0's weights when it wraps the model; the xm form
             # broadcasts ordinal 0's weights there instead (XLA405).

@@ -24,6 +24,11 @@ What it does:
     "12355")``. Barriers, ``is_initialized()``, collectives and ``destroy_process_group()`` keep working as
     written.
 
+    In the spmd form (``--data-parallel spmd``) the process group goes whatever the script calls: one
+    program per host needs none, the compiler inserts the collectives of the sharded step. Barriers and
+    ``is_initialized()`` are rewritten as above (over the hosts: ``xr.process_count() > 1``); every
+    ``torch.distributed`` collective is reported, since its replicas no longer exist.
+
     In a script that is distributed but migrated with ``--single`` nothing distributed is rewritten, and
     one finding says so. ``torch.cuda.set_device(local_rank)`` is removed by XLA102.
 
@@ -103,6 +108,9 @@ class ProcessGroupToXla(Rule):
             if name == "init_process_group":
                 self._on_xla_backend(node)
             return  # the process group stays: helpers and collectives work as written
+        if ctx.spmd_form:
+            self._spmd(node, name)
+            return
         if name == "all_reduce" and common.active(ctx, "XLA410"):
             if all_reduce_rule.rewritable(ctx, node) is None:
                 self._deferred.append((node, "all_reduce_kept"))  # XLA410 reports it; the group stays for it
@@ -179,6 +187,24 @@ class ProcessGroupToXla(Rule):
                          "[tensor]) reduces in place)")
             return
         common.free_imports(self, node)
+
+    def _spmd(self, node: cst.Call, name: str) -> None:
+        """The spmd form: no process group at all (one program per host; the compiler inserts the collectives)."""
+        if name in COLLECTIVES:
+            self.finding(node, f"{short(node)}: a torch.distributed collective between DDP replicas; the spmd form "
+                         "runs one program over the device mesh, with no process group and no replicas to "
+                         "reduce over", "remove it (a value computed from the sharded batch is already global), "
+                         "or migrate with --data-parallel ddp")
+        elif name in REMOVED:
+            statement = self.ctx.parent(node)
+            if not (isinstance(statement, cst.Expr) and statement.value is node):
+                self.finding(node, f"{short(node)}: its value is used", "remove the process group by hand")
+                return
+            self._remove(statement, f"removed {short(node)}: one SPMD program per host needs no process group "
+                         "(the compiler inserts the collectives)")
+            common.free_imports(self, node)
+        else:
+            self._rewrite(node, name)
 
     def _on_xla_backend(self, node: cst.Call) -> None:
         """``init_process_group(<any backend>, ...)`` -> ``init_process_group("xla", init_method="xla://")``; on

@@ -19,6 +19,7 @@ What it does:
       finding says to create it inside the worker.
     - In a project (a tree run, or ``--project``), only entry files get the entry point: a helper module
       that other modules import (``utils.py`` with the distributed setup) is launched by its entry file.
+    - The spmd form (``--data-parallel spmd``) starts no workers: XLA414 gives it its entry.
 
 Why:
     The seeds: the runtime calls ``_mp_fn(index)`` once per worker. torchrun starts the processes for a
@@ -90,8 +91,8 @@ class SpawnEntryPoint(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         ctx = self.ctx
-        if not ctx.distributed or getattr(ctx.facts, "is_hf_script", False):
-            return
+        if not ctx.distributed or getattr(ctx.facts, "is_hf_script", False) or ctx.spmd_form:
+            return  # the spmd form runs one process per host, no launcher (XLA414)
         if ctx.project is not None and not ctx.project.is_entry and not self._spawns:
             return  # a helper module of a project: the entry file launches the workers
         if self._spawns:

@@ -28,7 +28,7 @@ from ..analysis.project import ProjectFile
 from ..analysis.scopes import QualifiedNames, referent_parts, resolve_scopes
 from ..analysis.steps import StepModel
 from .records import Change, Finding
-from .targets import MODULE_PLACEHOLDERS, Target
+from .targets import MODULE_PLACEHOLDERS, SPMD_CONCEPTS, Target
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
 NodeFactory = Callable[[cst.CSTNode], cst.CSTNode]
@@ -441,6 +441,8 @@ class MigrationContext:
 
     def spell(self, concept: str, *args: str) -> str:
         """Code for a target concept, e.g. ``spell("optimizer_step", "opt")`` -> ``xm.optimizer_step(opt)``."""
+        if self.spmd_form and concept in SPMD_CONCEPTS:
+            concept = f"spmd_{concept}"
         template = self.target.spelling(concept).template
         self.concepts.add(concept)
         names = {
@@ -610,11 +612,18 @@ class MigrationContext:
         return self.distributed and self.data_parallel == "xm"
 
     @property
+    def spmd_form(self) -> bool:
+        """A distributed migration in the spmd form (DESIGN.md section 9): one program per host over a device
+        mesh, no DDP, no process group, no launcher."""
+        return self.distributed and self.data_parallel == "spmd"
+
+    @property
     def xla_launched(self) -> bool:
         """The XLA launcher starts the workers (``xmp.spawn`` / ``torch_xla.launch``), so torchrun's variables
         are unset there and ranks come from the XLA runtime: the xm form, and the ddp form of a target
-        without ``xla://`` (the 1.13 API: the group is joined with the XLA ordinals)."""
-        return self.xm_form or (self.ddp_form and not self.target.torchrun_rendezvous)
+        without ``xla://`` (the 1.13 API: the group is joined with the XLA ordinals). The spmd form runs one
+        process per host, its ranks from the runtime too (process index and count)."""
+        return self.xm_form or self.spmd_form or (self.ddp_form and not self.target.torchrun_rendezvous)
 
     # Recording -------------------------------------------------------------------------------------------
     def record_change(self, code: str, node: cst.CSTNode, message: str) -> Change:

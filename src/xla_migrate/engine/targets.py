@@ -22,6 +22,9 @@ MODULE_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "xmp": ("torch_xla.distributed.xla_multiprocessing", "xmp"),
     "xla_amp": ("torch_xla.amp", "xla_amp"),
     "syncfree": ("torch_xla.amp.syncfree", "syncfree"),
+    "xs": ("torch_xla.distributed.spmd", "xs"),
+    "np": ("numpy", "np"),
+    "fsdpv2": ("torch_xla.experimental.spmd_fully_sharded_data_parallel", "fsdpv2"),
 }
 
 Version = tuple[int, int]
@@ -102,14 +105,21 @@ def api_releases() -> dict[str, tuple[str, Spelling]]:
     return table
 
 
-DATA_PARALLEL_FORMS = ("auto", "ddp", "xm")
+DATA_PARALLEL_FORMS = ("auto", "ddp", "xm", "spmd")
+# The spmd form spells these concepts as ``spmd_<concept>`` (MigrationContext.spell): one process per host, so
+# ranks are process indexes and the loader shards each batch over the mesh of this host's devices.
+SPMD_CONCEPTS = ("world_size", "ordinal", "is_global_master", "device_loader")
 
 
 def data_parallel_problem(target: Target, form: str) -> str | None:
-    """Why ``form`` cannot be used with ``target`` (one line), or None. Every target has both forms: the
-    ``xla`` process group exists from torch_xla 1.13 (its ``xla_backend``), only ``xla://`` is 2.1+."""
+    """Why ``form`` cannot be used with ``target`` (one line), or None. Every target has ddp and xm: the
+    ``xla`` process group exists from torch_xla 1.13 (its ``xla_backend``), only ``xla://`` is 2.1+. Only
+    targets whose table spells SPMD (2.x) have spmd."""
     if form not in DATA_PARALLEL_FORMS:
         return f"--data-parallel {form}: unknown form (known: {', '.join(DATA_PARALLEL_FORMS)})"
+    if form == "spmd" and "use_spmd" not in target.spellings:
+        return (f"--data-parallel spmd: the {target.name} target (torch_xla {format_version(target.generation)} "
+                "API) has no SPMD; use --target 2.9")
     return None
 
 
@@ -188,6 +198,23 @@ _CURRENT = {
     # torch_xla's dynamo backend for torch.compile (2.1+; the 1.13 generation had "torchxla_trace_once", so
     # the sagemaker target drops torch.compile instead).
     "dynamo_backend": Spelling('"openxla"', since=(2, 1)),
+    # The spmd form (DESIGN.md section 9, measured on torch_xla 2.9): one program per host over a mesh of
+    # every device; the compiler inserts the collectives. The mesh is set globally, so a loader anywhere in
+    # the program finds it.
+    "use_spmd": Spelling("{xr}.use_spmd()", since=(2, 3)),
+    "device_count": Spelling("{xr}.global_runtime_device_count()", since=(2, 1)),
+    "spmd_data_mesh": Spelling('{xs}.set_global_mesh({xs}.Mesh({np}.arange({0}), ({0},), ("data",)))',
+                               since=(2, 3)),
+    "spmd_device_loader": Spelling(
+        '{pl}.MpDeviceLoader({0}, {1}, input_sharding={xs}.ShardingSpec({xs}.get_global_mesh(), ("data", None)))',
+        since=(2, 3)),
+    # FSDPv2: the parameters sharded over the same devices, in the same order, as the "data" mesh (so the
+    # batch sharded on "data" is sharded on "fsdp" too).
+    "spmd_fsdp": Spelling('{fsdpv2}.SpmdFullyShardedDataParallel({0}, mesh={xs}.Mesh({np}.arange({1}), ({1}, 1), '
+                          '("fsdp", "model")))', since=(2, 3)),
+    "spmd_world_size": Spelling("{xr}.process_count()", since=(2, 1)),
+    "spmd_ordinal": Spelling("{xr}.process_index()", since=(2, 1)),
+    "spmd_is_global_master": Spelling("{xr}.process_index() == 0", since=(2, 1)),
 }
 del _CURRENT["grad_scaler"]
 
