@@ -28,7 +28,8 @@ What it does:
     ``is_bf16_supported()``, legacy CUDA tensor types XLA105 does not rewrite, ``fused=True``, an inductor
     ``torch.compile``, Triton/apex/flash-attn kernels, or only a message about the CUDA device), the test
     takes the value that keeps that code off (``not torch.cuda.is_available() or
-    torch.cuda.is_bf16_supported()`` -> the non-CUDA answer), and what was left out is reported. A flag bound
+    torch.cuda.is_bf16_supported()`` -> the non-CUDA answer), and what was left out is reported. A path that
+    only speaks of the GPU (``print("No GPU found")``) is no reason to run CUDA-only code: it is taken. A flag bound
     to a test (``cuda = torch.cuda.is_available()``, ``self.is_cuda = device.type == "cuda"``) is folded,
     and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
     compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
@@ -106,6 +107,13 @@ def _test_leaves(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(test, cst.BooleanOperation):
         return _test_leaves(test.left) + _test_leaves(test.right)
     return [test] if isinstance(test, (cst.Name, cst.Attribute)) else []
+
+
+def _only_messages(needs: list[tuple[cst.CSTNode, str]]) -> bool:
+    return all(what == MESSAGE for _, what in needs)
+
+
+MESSAGE = "a message about the CUDA device"
 
 
 class CudaGates(Rule):
@@ -342,8 +350,11 @@ class CudaGates(Rule):
         needs = self._needs_cuda(top, {**tentative, node: value}, off, checker)
         if not needs:
             return value, []
-        if self._needs_cuda(top, {**tentative, node: not value}, off, checker):
+        other = self._needs_cuda(top, {**tentative, node: not value}, off, checker)
+        if other and not (_only_messages(other) and not _only_messages(needs)):
             return value, []  # CUDA code either way: the leftovers are reported (XLA900)
+        # The other path needs nothing, or only speaks of the GPU ("no GPU found": true on XLA), while this one
+        # would run CUDA-only code: a message is never worth a crash.
         return not value, needs
 
     def _needs_cuda(self, top: cst.BaseExpression, values: dict[cst.CSTNode, bool], off: set[cst.CSTNode],
@@ -360,7 +371,7 @@ class CudaGates(Rule):
                 continue
             found += checker.constructs(part, ignore)
             if isinstance(part, cst.BaseSuite) and checker.messages_only(part):
-                found.append((part, "a message about the CUDA device"))
+                found.append((part, MESSAGE))
         return found
 
     def _report_dropped(self, node: cst.BaseExpression, dropped: list[tuple[cst.CSTNode, str]],
