@@ -137,8 +137,6 @@ def test_star_import_device_line_becomes_the_xla_device(migrated, target):
         f"{_show(run.notes_at('train.py', (8, 19)))}")
 
 
-@known_defect(29, "the folded CUDA branch of a device selector took `name = \"cuda:0\"` with it: "
-                  "pick_device returns the CPU, only XLA104 'the CUDA path is left out'")
 @BOTH
 def test_device_selector_keeps_choosing_the_xla_device(migrated, target):
     run = migrated("29-device-selector-folded-to-cpu", target)

@@ -29,7 +29,11 @@ What it does:
     ``torch.compile``, Triton/apex/flash-attn kernels, or only a message about the CUDA device), the test
     takes the value that keeps that code off (``not torch.cuda.is_available() or
     torch.cuda.is_bf16_supported()`` -> the non-CUDA answer), and what was left out is reported. A path that
-    only speaks of the GPU (``print("No GPU found")``) is no reason to run CUDA-only code: it is taken. A flag bound
+    only speaks of the GPU (``print("No GPU found")``) is no reason to run CUDA-only code: it is taken. A
+    CUDA path that chooses the device (``device = torch.device("cuda")``, ``name = "cuda:0"``) is not lost
+    with its CUDA queries: it stays (its device becomes XLA's), without the statements that need CUDA and
+    those that read what they computed, and a finding names them; where that cannot be done, the finding
+    says that the code now runs on the CPU. A flag bound
     to a test (``cuda = torch.cuda.is_available()``, ``self.is_cuda = device.type == "cuda"``) is folded,
     and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
     compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
@@ -133,6 +137,8 @@ class CudaGates(Rule):
         # the uses of flags bound to a gate are found among them.
         self._leaves: dict[str, list[cst.BaseExpression]] = {}
         self._values: dict[cst.CSTNode, bool] = {}
+        # Tests whose CUDA path chooses the device: the statements of that path that still need CUDA go.
+        self._trims: dict[cst.CSTNode, list[tuple[cst.BaseStatement, list[str]]]] = {}
 
     # Finding the tests -------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -273,6 +279,7 @@ class CudaGates(Rule):
             when_true, when_false = gates.branches(top, self.ctx.parent)
             left_out = when_false if known is True else when_true if known is False else []
             off.update(left_out)
+            off.update(statement for statement, _ in self._trims.get(node, ()))
             decided.append((node, choice, pure, (dropped, left_out)))
         # A flag's use that keeps the user's part is not a constant: it is no operand to combine with.
         self._values = {node: choice for node, choice, pure, _ in decided if pure is not False or not choice}
@@ -286,6 +293,8 @@ class CudaGates(Rule):
                 continue  # a flag's use stays: the flag holds its value on XLA
             if dropped:
                 self._report_dropped(node, dropped, left_out)
+            if node in self._trims:
+                self._trim(node, self._trims[node])
             if node in live:
                 self._test_for_xla(node)
             elif not self._inside_done(node):
@@ -353,9 +362,92 @@ class CudaGates(Rule):
         other = self._needs_cuda(top, {**tentative, node: not value}, off, checker)
         if other and not (_only_messages(other) and not _only_messages(needs)):
             return value, []  # CUDA code either way: the leftovers are reported (XLA900)
+        trimmed = self._trimmable(top, {**tentative, node: value}, needs)
+        if trimmed:
+            # The CUDA path chooses the device: it stays, without the statements that need CUDA.
+            self._trims[node] = trimmed
+            return value, []
         # The other path needs nothing, or only speaks of the GPU ("no GPU found": true on XLA), while this one
         # would run CUDA-only code: a message is never worth a crash.
         return not value, needs
+
+    def _trimmable(self, top: cst.BaseExpression, values: dict[cst.CSTNode, bool],
+                   needs: list[tuple[cst.CSTNode, str]]) -> list[tuple[cst.BaseStatement, list[str]]]:
+        """The statements to take out of the test's branches when the branch holding them chooses the device
+        (``name = "cuda:0"``, ``device = torch.device("cuda")``): dropping the whole branch would leave the
+        program on the CPU. Each CUDA-only construct must lie in a statement of a branch itself that binds
+        nothing read outside it, and that branch must keep its device choice; else none (the branch is dropped,
+        as before)."""
+        _, residue = gates.evaluate(top, values)
+        when_true, when_false = gates.branches(top, self.ctx.parent)
+        suites = [b for b in when_true + when_false if isinstance(b, cst.IndentedBlock)]
+        statements: dict[cst.BaseStatement, list[str]] = {}
+        for construct, what in needs:
+            if what == MESSAGE:
+                continue
+            if any(self._inside(construct, r) for r in residue):
+                return []
+            suite = next((suite for suite in suites if self._inside(construct, suite)), None)
+            statement = next((s for s in suite.body if self._inside(construct, s)), None) if suite else None
+            group = self._with_readers(statement, suite) if statement is not None else None
+            if group is None:
+                return []
+            statements.setdefault(statement, []).append(what)
+            for reader in group - {statement}:
+                statements.setdefault(reader, []).append("reads what those lines computed")
+        for suite in suites:
+            trimmed = [s for s in suite.body if s in statements]
+            if trimmed and not any(self._chooses_cuda_device(s) for s in suite.body if s not in statements):
+                return []
+        if not statements:
+            return []
+        return list(statements.items())
+
+    def _inside(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        current: cst.CSTNode | None = node
+        while current is not None:
+            if current is outer:
+                return True
+            current = self.ctx.parent(current)
+        return False
+
+    def _chooses_cuda_device(self, statement: cst.BaseStatement) -> bool:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        return any(isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None
+                   and is_cuda_device_expr(small.value, self.ctx.qualnames) for small in statement.body)
+
+    def _with_readers(self, statement: cst.BaseStatement, suite: cst.IndentedBlock) -> set[cst.BaseStatement] | None:
+        """``statement`` and the statements of ``suite`` that read what it binds (``props = ...`` then
+        ``print(props)``), transitively; None when a name it binds is read outside the suite."""
+        group: set[cst.BaseStatement] = set()
+        pending = [statement]
+        while pending:
+            current = pending.pop()
+            if current in group:
+                continue
+            group.add(current)
+            for access in self._reads_outside(current):
+                reader = next((s for s in suite.body if self._inside(access, s)), None)
+                if reader is None:
+                    return None
+                pending.append(reader)
+        return group
+
+    def _reads_outside(self, statement: cst.BaseStatement) -> list[cst.CSTNode]:
+        """Where the names ``statement`` binds (``props = ...``, a loop variable) are read outside it. An
+        augmented assignment (``banner += ...``) updates a name bound before: it may go without a trace."""
+        inside = set(patterns.find_all(statement, lambda n: True))
+        scope = self.ctx.scopes.get(statement)
+        if scope is None:
+            return [self.ctx.module]  # unknown: never inside a branch
+        reads = []
+        for assignment in scope.assignments:
+            target = getattr(assignment, "node", None)
+            if target not in inside or isinstance(self.ctx.parent(target), cst.AugAssign):
+                continue
+            reads += [access.node for access in assignment.references if access.node not in inside]
+        return reads
 
     def _needs_cuda(self, top: cst.BaseExpression, values: dict[cst.CSTNode, bool], off: set[cst.CSTNode],
                     checker: CudaOnly) -> list[tuple[cst.CSTNode, str]]:
@@ -374,6 +466,19 @@ class CudaGates(Rule):
                 found.append((part, MESSAGE))
         return found
 
+    def _trim(self, node: cst.BaseExpression, statements: list[tuple[cst.BaseStatement, list[str]]]) -> None:
+        ranges = [r for r in (self.ctx.code_range(s) for s, _ in statements) if r is not None]
+        lines = ", ".join(f"{r.start.line}" if r.start.line == r.end.line else f"{r.start.line}-{r.end.line}"
+                          for r in sorted(ranges, key=lambda r: r.start.line))
+        what = "; ".join(dict.fromkeys(k for _, kinds in statements for k in kinds))
+        for statement, _ in statements:
+            self.remove(statement, f"line of the CUDA path of {_short(node)} removed: it needs CUDA; the path "
+                        "stays, it chooses the device")
+        first = min(statements, key=lambda s: self.ctx.position(s[0]))[0]
+        self.finding(first, f"{_short(node)}: the CUDA path chooses the device, so it is kept on XLA without "
+                     f"line(s) {lines} ({what})", "port what those lines did to XLA by hand if the run needs "
+                     "it (xm.get_memory_info(device) gives memory figures, xm.xla_device_hw(device) the kind)")
+
     def _report_dropped(self, node: cst.BaseExpression, dropped: list[tuple[cst.CSTNode, str]],
                         branch: list[cst.CSTNode]) -> None:
         kinds = []
@@ -388,8 +493,12 @@ class CudaGates(Rule):
         lines = [r for r in lines if r is not None]
         where = (f"lines {min(r.start.line for r in lines)}-{max(r.end.line for r in lines)}" if lines
                  else f"line {self.ctx.position(dropped[0][0])[0]}")
+        chosen = [s for part in branch if isinstance(part, cst.IndentedBlock) for s in part.body
+                  if self._chooses_cuda_device(s)]
+        lost = (f"; the device it chose (line {self.ctx.position(chosen[0])[0]}: "
+                f"`{_short(chosen[0])}`) goes with it: this code now runs on the CPU" if chosen else "")
         self.finding(node, f"{_short(node)}: the CUDA path ({where}) is left out on XLA: it needs CUDA "
-                     f"({'; '.join(kinds)})", "port what that code does to XLA by hand if the run needs it, "
+                     f"({'; '.join(kinds)}){lost}", "port what that code does to XLA by hand if the run needs it, "
                      "everything else it did included (XLA schedules device work itself, MpDeviceLoader "
                      "prefetches batches, xm.get_memory_info(device) gives memory figures on a TPU)")
 
