@@ -175,3 +175,13 @@ def test_the_project_summary_counts_what_was_left_out(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "1 left for a human" in proc.stderr and "XLA104" in proc.stderr, proc.stderr
     assert "max_memory_allocated" not in (tmp_path / "out" / "train.py").read_text()
+
+
+@pytest.mark.parametrize("bind", ["", "import torch\n"])
+def test_torch_from_a_star_import_is_the_torch_module(bind):
+    """`from utils import *` with no `import torch` in the file: the star import binds torch (review class
+    29-star-import-device-kept: the device line stayed on CUDA while the loop moved to XLA), as an import
+    of torch in the file is."""
+    code, _ = _code(f"from helpers import *\n{bind}"
+                    "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n")
+    assert "device = torch_xla.device()" in code, code

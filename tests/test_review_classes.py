@@ -124,8 +124,6 @@ def _show(notes: list[Note]) -> str:
 # Severity S (silent wrong training) ----------------------------------------------------------------------------
 
 
-@known_defect(29, "a device line whose torch comes from `from utils import *` is left CUDA/CPU (XLA900 only) "
-                  "while the loop gets MpDeviceLoader on the XLA device: trains on the CPU")
 @BOTH
 def test_star_import_device_line_becomes_the_xla_device(migrated, target):
     run = migrated("29-star-import-device-kept", target)
