@@ -146,8 +146,6 @@ def test_device_selector_keeps_choosing_the_xla_device(migrated, target):
     assert chooses_xla or says_cpu, f"pick_device today:\n{selector}\nfindings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(28, "`num_gpus = torch.cuda.device_count()` goes with the folded gate: `if num_gpus > 1: "
-                  "torch_xla.launch(...)` is never taken (num_gpus stays 0), unreported")
 @BOTH
 def test_launch_after_a_folded_device_count_stays_reachable(migrated, target):
     run = migrated("28-launch-unreachable-after-folded-count", target)

@@ -33,7 +33,9 @@ What it does:
     CUDA path that chooses the device (``device = torch.device("cuda")``, ``name = "cuda:0"``) is not lost
     with its CUDA queries: it stays (its device becomes XLA's), without the statements that need CUDA and
     those that read what they computed, and a finding names them; where that cannot be done, the finding
-    says that the code now runs on the CPU. A flag bound
+    says that the code now runs on the CPU. A name only the left-out path set (``num_gpus =
+    torch.cuda.device_count()``) that a later test reads to choose the launch (``if num_gpus > 1:
+    mp.spawn(...)``) is reported at that test: the launch may never run. A flag bound
     to a test (``cuda = torch.cuda.is_available()``, ``self.is_cuda = device.type == "cuda"``) is folded,
     and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
     compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
@@ -64,7 +66,7 @@ import libcst as cst
 
 from xla_migrate.analysis import gates
 from xla_migrate.analysis.cuda_only import CUDA_KEYWORDS, CudaOnly
-from xla_migrate.analysis.facts import is_cuda_device_expr
+from xla_migrate.analysis.facts import MP_SPAWN, is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
 
@@ -293,6 +295,7 @@ class CudaGates(Rule):
                 continue  # a flag's use stays: the flag holds its value on XLA
             if dropped:
                 self._report_dropped(node, dropped, left_out)
+                self._report_dead_launch(node, left_out)
             if node in self._trims:
                 self._trim(node, self._trims[node])
             if node in live:
@@ -478,6 +481,35 @@ class CudaGates(Rule):
         self.finding(first, f"{_short(node)}: the CUDA path chooses the device, so it is kept on XLA without "
                      f"line(s) {lines} ({what})", "port what those lines did to XLA by hand if the run needs "
                      "it (xm.get_memory_info(device) gives memory figures, xm.xla_device_hw(device) the kind)")
+
+    def _report_dead_launch(self, node: cst.BaseExpression, left_out: list[cst.CSTNode]) -> None:
+        """A count the left-out path set (``num_gpus = torch.cuda.device_count()``) that a later test reads to
+        choose the launch (``if num_gpus > 1: mp.spawn(...)``): on XLA that test keeps the count's earlier
+        value, and the launch may never run (one process on one device, silently)."""
+        names = {small.targets[0].target.value: small for part in left_out if isinstance(part, cst.IndentedBlock)
+                 for statement in part.body if isinstance(statement, cst.SimpleStatementLine)
+                 for small in statement.body if isinstance(small, cst.Assign) and len(small.targets) == 1
+                 and isinstance(small.targets[0].target, cst.Name)}
+        if not names:
+            return
+        scope = self.ctx.parent(gates.test_top(node, self.ctx.parent))
+        while scope is not None and not isinstance(scope, (cst.FunctionDef, cst.Module)):
+            scope = self.ctx.parent(scope)
+        after = self.ctx.position(node)
+        for test in patterns.find_all(scope, lambda n: isinstance(n, cst.If)):
+            read = {n.value for n in patterns.find_all(test.test, lambda n: isinstance(n, cst.Name))} & set(names)
+            if not read or self.ctx.position(test) <= after:
+                continue
+            launches = patterns.find_all(test.body, lambda n: isinstance(n, cst.Call) and self.ctx.is_call_to(n, *MP_SPAWN))
+            if not launches:
+                continue
+            name = sorted(read)[0]
+            self.finding(test.test, f"if {_short(test.test)}: {name} is set only on the CUDA path left out on XLA "
+                         f"(line {self.ctx.position(names[name])[0]}: `{_short(names[name])}`), so this test "
+                         f"keeps {name}'s earlier value and the launch (line {self.ctx.position(launches[0])[0]}) "
+                         "may never run: the program trains in one process on one XLA device",
+                         "launch unconditionally (the XLA launcher starts one process per device) and read the "
+                         "process count in the worker (xr.world_size())")
 
     def _report_dropped(self, node: cst.BaseExpression, dropped: list[tuple[cst.CSTNode, str]],
                         branch: list[cst.CSTNode]) -> None:
