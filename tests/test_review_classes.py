@@ -188,8 +188,6 @@ def test_entry_without_trigger_word_is_launched(migrated, target):
     assert [c.code for c in run.changes["image_train.py"]] == ["XLA407", "XLA407"]
 
 
-@known_defect(29, "two tests of torch.cuda.is_available() in log_every fold opposite ways: the format "
-                  "string keeps {memory}, the print drops memory= (KeyError 'memory')")
 @BOTH
 def test_tests_of_one_gate_fold_the_same_way(migrated, target):
     run = migrated("29-gate-folded-both-ways", target)

@@ -35,7 +35,10 @@ What it does:
     those that read what they computed, and a finding names them; where that cannot be done, the finding
     says that the code now runs on the CPU. A name only the left-out path set (``num_gpus =
     torch.cuda.device_count()``) that a later test reads to choose the launch (``if num_gpus > 1:
-    mp.spawn(...)``) is reported at that test: the launch may never run. A flag bound
+    mp.spawn(...)``) is reported at that test: the launch may never run. Tests of one condition in one
+    function whose branches share names (a format bound by the first, used by the second) take one value:
+    the one that keeps the CUDA-only code off, unless the other test's accelerator branch does work another
+    rule migrates (then the disagreement is reported). A flag bound
     to a test (``cuda = torch.cuda.is_available()``, ``self.is_cuda = device.type == "cuda"``) is folded,
     and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
     compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
@@ -141,6 +144,8 @@ class CudaGates(Rule):
         self._values: dict[cst.CSTNode, bool] = {}
         # Tests whose CUDA path chooses the device: the statements of that path that still need CUDA go.
         self._trims: dict[cst.CSTNode, list[tuple[cst.BaseStatement, list[str]]]] = {}
+        # (test, the test of the same condition decided the other way): reported, not changed.
+        self._disagreements: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
 
     # Finding the tests -------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -268,21 +273,10 @@ class CudaGates(Rule):
         # Innermost first: a nested test's decision takes its CUDA-only branch out of the outer test's code.
         candidates.sort(key=lambda c: -self._depth(c[0]))
         checker = CudaOnly(self.ctx)
-        tentative: dict[cst.CSTNode, bool] = dict(positive)
-        # What a decided test leaves out of the output, and the tests themselves (folded away): neither is
-        # code an outer test turns on.
-        off: set[cst.CSTNode] = {node for node, _, _ in candidates}
-        decided: list[tuple[cst.BaseExpression, bool, bool | None, tuple[list, list]]] = []
-        for node, value, pure in candidates:
-            choice, dropped = self._decide(node, value, tentative, off, checker)
-            tentative[node] = choice
-            top = gates.test_top(node, self.ctx.parent)
-            known, _ = gates.evaluate(top, tentative)
-            when_true, when_false = gates.branches(top, self.ctx.parent)
-            left_out = when_false if known is True else when_true if known is False else []
-            off.update(left_out)
-            off.update(statement for statement, _ in self._trims.get(node, ()))
-            decided.append((node, choice, pure, (dropped, left_out)))
+        decided, off = self._decide_all(candidates, positive, checker, {})
+        forced = self._one_value_per_condition(decided, positive)
+        if forced:
+            decided, off = self._decide_all(candidates, positive, checker, forced)
         # A flag's use that keeps the user's part is not a constant: it is no operand to combine with.
         self._values = {node: choice for node, choice, pure, _ in decided if pure is not False or not choice}
         live = {node for node, choice, pure, _ in decided if pure is None and choice == positive.get(node)
@@ -302,7 +296,93 @@ class CudaGates(Rule):
                 self._test_for_xla(node)
             elif not self._inside_done(node):
                 self._fold(node, choice, node)
+        for node, other in self._disagreements:
+            self.finding(node, f"{_short(node)}: this test takes the accelerator's branch while the same test "
+                         f"at line {self.ctx.position(other)[0]} takes the other one (its CUDA path needs CUDA): "
+                         "code that relies on both agreeing may break", "make the two tests agree by hand (one "
+                         "condition has one value in a run)")
         self._forget_findings_in((off - {node for node, _, _ in candidates}) | folded)
+
+    def _decide_all(self, candidates: list, positive: dict[cst.CSTNode, bool], checker: CudaOnly,
+                    forced: dict[cst.CSTNode, bool]) -> tuple[list, set[cst.CSTNode]]:
+        """Each test's value (``forced``: those already known) and what the decisions leave out."""
+        self._trims = {}
+        tentative: dict[cst.CSTNode, bool] = dict(positive)
+        # What a decided test leaves out of the output, and the tests themselves (folded away): neither is
+        # code an outer test turns on.
+        off: set[cst.CSTNode] = {node for node, _, _ in candidates}
+        decided: list[tuple[cst.BaseExpression, bool, bool | None, tuple[list, list]]] = []
+        for node, value, pure in candidates:
+            if node in forced:
+                choice, dropped = forced[node], []
+            else:
+                choice, dropped = self._decide(node, value, tentative, off, checker)
+            tentative[node] = choice
+            top = gates.test_top(node, self.ctx.parent)
+            known, _ = gates.evaluate(top, tentative)
+            when_true, when_false = gates.branches(top, self.ctx.parent)
+            left_out = when_false if known is True else when_true if known is False else []
+            off.update(left_out)
+            off.update(statement for statement, _ in self._trims.get(node, ()))
+            decided.append((node, choice, pure, (dropped, left_out)))
+        return decided, off
+
+    def _one_value_per_condition(self, decided: list, positive: dict[cst.CSTNode, bool]) -> dict[cst.CSTNode, bool]:
+        """Tests of one condition in one function that were decided differently (the first ``if
+        torch.cuda.is_available():`` picks a format with {memory}, the second, whose CUDA branch reads a CUDA
+        memory statistic, the call without memory=): the program evaluates the condition once per run, so
+        every one of them takes the value that keeps the CUDA-only code off."""
+        groups: dict[tuple[int, str], list[tuple[cst.BaseExpression, bool]]] = {}
+        for node, choice, pure, _ in decided:
+            if pure is not None or gates.test_top(node, self.ctx.parent) is not node:
+                continue
+            if not any(gates.branches(node, self.ctx.parent)):
+                continue
+            scope = self.ctx.parent(node)
+            while scope is not None and not isinstance(scope, (cst.FunctionDef, cst.Module)):
+                scope = self.ctx.parent(scope)
+            groups.setdefault((id(scope), " ".join(patterns.code_of(node).split())), []).append((node, choice))
+        forced: dict[cst.CSTNode, bool] = {}
+        self._disagreements = []
+        for members in groups.values():
+            off_value = [node for node, choice in members if choice != positive.get(node)]
+            if not off_value or len({choice for _, choice in members}) == 1:
+                continue
+            others = [node for node, choice in members if choice == positive.get(node)]
+            if not any(self._shares_names(a, b) for a in others for b in off_value):
+                continue  # independent tests: each one's own decision stands
+            if all(self._may_take_the_other_branch(node) for node in others):
+                forced.update((node, not positive[node]) for node, _ in members)
+            else:  # a branch that does the accelerator's work (moves, a device): said, not changed
+                self._disagreements += [(node, off_value[0]) for node in others]
+        return forced
+
+    def _shares_names(self, first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
+        """A name bound in a branch of one test is read in a branch of the other (``log_msg``)."""
+        def branch_names(test: cst.BaseExpression, stored: bool) -> set[str]:
+            found = set()
+            for branch in [b for side in gates.branches(test, self.ctx.parent) for b in side]:
+                for node in patterns.find_all(branch, lambda n: isinstance(n, (cst.Assign, cst.AugAssign, cst.Name))):
+                    if stored and isinstance(node, cst.Assign):
+                        found |= {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
+                    elif not stored and isinstance(node, cst.Name):
+                        found.add(node.value)
+            return found
+
+        return bool(branch_names(first, True) & branch_names(second, False)
+                    or branch_names(second, True) & branch_names(first, False))
+
+    def _may_take_the_other_branch(self, test: cst.BaseExpression) -> bool:
+        """The ``if``/``else`` of ``test`` are two alternatives the program runs without CUDA too (an else
+        exists), and the accelerator's branch does nothing another rule migrates or that chooses a device."""
+        owner = self.ctx.parent(test)
+        if not isinstance(owner, (cst.If, cst.IfExp)) or owner.orelse is None:
+            return False
+        body = owner.body
+        if isinstance(body, cst.IndentedBlock) and any(self._chooses_cuda_device(s) for s in body.body):
+            return False
+        edits = self.ctx.edits
+        return not any(self._inside(edited, body) for edited in [*edits.replace, *edits.remove])
 
     def _forget_findings_in(self, left_out: set[cst.CSTNode]) -> None:
         """XLA103's reports of code that a decided test leaves out of the output: it is gone (a dropped CUDA
