@@ -185,3 +185,28 @@ def test_torch_from_a_star_import_is_the_torch_module(bind):
     code, _ = _code(f"from helpers import *\n{bind}"
                     "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n")
     assert "device = torch_xla.device()" in code, code
+
+
+def test_a_device_name_bound_in_a_sibling_branch_is_not_reused():
+    """Review class 29-device-name-from-sibling-branch: `.to("cuda")` in the `else` became `.to(gpu)`, a name
+    only the `if` branch binds (UnboundLocalError on that path); a binding before the `if` is reused."""
+    code, _ = _code("""
+        import torch
+
+        def place(model, shard):
+            if shard:
+                gpu = torch.cuda.current_device()
+                model = model.to(gpu)
+            else:
+                model.to("cuda")
+            return model
+
+        def place_after(model, shard):
+            gpu = torch.device("cuda")
+            if shard:
+                model.to("cuda")
+            return model
+        """)
+    place, place_after = code.split("def place_after")
+    assert "model.to(gpu)" not in place.split("else:")[1] and "model.to(device)" in place, code
+    assert "model.to(gpu)" in place_after, code

@@ -199,8 +199,6 @@ def test_tests_of_one_gate_fold_the_same_way(migrated, target):
     assert consistent or run.notes_at("train.py", (14,)), f"log_every today:\n{text}"
 
 
-@known_defect(29, "`model.to(\"cuda\")` in the else branch becomes `model.to(device_id)`, a name bound only "
-                  "in the sibling `if args.shard:` branch (UnboundLocalError on the default path)")
 @BOTH
 def test_device_name_is_bound_on_the_path_that_uses_it(migrated, target):
     main, text = _function(migrated("29-device-name-from-sibling-branch", target).code["train.py"], "main")

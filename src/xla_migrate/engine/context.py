@@ -541,11 +541,24 @@ class MigrationContext:
             return not own_scope.assignments[name] and all(b in self.facts.device_bindings for b in bindings)
         where = self._start(node)
         before = [(self._bound_at(b), b) for b in bindings]
-        before = [(point, b) for point, b in before if point is not None and point <= where]
+        before = [(point, b) for point, b in before if point is not None and point <= where
+                  and not self._in_sibling_branch(b, node)]
         if not before:
             return False
         last = max(before, key=lambda pair: pair[0])[1]
         return last in self.facts.device_bindings or self._other_branch_binds_device(last, bindings)
+
+    def _in_sibling_branch(self, binding: cst.CSTNode, node: cst.CSTNode) -> bool:
+        """``binding`` is in one branch of an ``if`` and ``node`` in another: it never reaches ``node``
+        (issue 29: ``model.to(device_id)`` in the ``else`` of the ``if`` that bound ``device_id``)."""
+        child, current = binding, self.parent(binding)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            if isinstance(current, cst.If):
+                towards = self._child_towards(node, current)
+                if towards is not None and child is not current.test and towards not in (child, current.test):
+                    return True
+            child, current = current, self.parent(current)
+        return False
 
     def _other_branch_binds_device(self, binding: cst.CSTNode, bindings: list[cst.CSTNode]) -> bool:
         """``binding`` is in a branch of an ``if`` or ``try`` another branch of which assigns the device: the
