@@ -308,6 +308,7 @@ def test_a_cuda_gate_with_ipython_lines(tmp_path, target):
     assert all(_compiles(cell) for cell in cells)
     # The CUDA path is left out (the message of the other path is right on XLA), and said so.
     assert cells[1] == 'print("No GPU here: training will be slow")'
-    assert "intro.ipynb:cell 2:line 1: XLA104" in done.stderr.decode() and "get_device_capability" in done.stderr.decode()
+    stderr = done.stderr.decode()
+    assert "intro.ipynb:cell 2:line 1: XLA104" in stderr and "get_device_capability" in stderr
     # A gate folded on moves its IPython lines with the block.
     assert cells[2] == "!ls /dev\nbatch_size = 256"

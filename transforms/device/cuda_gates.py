@@ -349,28 +349,13 @@ class CudaGates(Rule):
             if not off_value or len({choice for _, choice in members}) == 1:
                 continue
             others = [node for node, choice in members if choice == positive.get(node)]
-            if not any(self._shares_names(a, b) for a in others for b in off_value):
+            if not any(gates.shares_names(a, b, self.ctx.parent) for a in others for b in off_value):
                 continue  # independent tests: each one's own decision stands
             if all(self._may_take_the_other_branch(node) for node in others):
                 forced.update((node, not positive[node]) for node, _ in members)
             else:  # a branch that does the accelerator's work (moves, a device): said, not changed
                 self._disagreements += [(node, off_value[0]) for node in others]
         return forced
-
-    def _shares_names(self, first: cst.BaseExpression, second: cst.BaseExpression) -> bool:
-        """A name bound in a branch of one test is read in a branch of the other (``log_msg``)."""
-        def branch_names(test: cst.BaseExpression, stored: bool) -> set[str]:
-            found = set()
-            for branch in [b for side in gates.branches(test, self.ctx.parent) for b in side]:
-                for node in patterns.find_all(branch, lambda n: isinstance(n, (cst.Assign, cst.AugAssign, cst.Name))):
-                    if stored and isinstance(node, cst.Assign):
-                        found |= {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
-                    elif not stored and isinstance(node, cst.Name):
-                        found.add(node.value)
-            return found
-
-        return bool(branch_names(first, True) & branch_names(second, False)
-                    or branch_names(second, True) & branch_names(first, False))
 
     def _may_take_the_other_branch(self, test: cst.BaseExpression) -> bool:
         """The ``if``/``else`` of ``test`` are two alternatives the program runs without CUDA too (an else
@@ -379,10 +364,11 @@ class CudaGates(Rule):
         if not isinstance(owner, (cst.If, cst.IfExp)) or owner.orelse is None:
             return False
         body = owner.body
-        if isinstance(body, cst.IndentedBlock) and any(self._chooses_cuda_device(s) for s in body.body):
+        if isinstance(body, cst.IndentedBlock) and any(gates.chooses_cuda_device(s, self.ctx.qualnames)
+                                                       for s in body.body):
             return False
         edits = self.ctx.edits
-        return not any(self._inside(edited, body) for edited in [*edits.replace, *edits.remove])
+        return not any(gates.inside(self.ctx.parent, edited, body) for edited in [*edits.replace, *edits.remove])
 
     def _forget_findings_in(self, left_out: set[cst.CSTNode]) -> None:
         """XLA103's reports of code that a decided test leaves out of the output: it is gone (a dropped CUDA
@@ -468,11 +454,12 @@ class CudaGates(Rule):
         for construct, what in needs:
             if what == MESSAGE:
                 continue
-            if any(self._inside(construct, r) for r in residue):
+            if any(gates.inside(self.ctx.parent, construct, r) for r in residue):
                 return []
-            suite = next((suite for suite in suites if self._inside(construct, suite)), None)
-            statement = next((s for s in suite.body if self._inside(construct, s)), None) if suite else None
-            group = self._with_readers(statement, suite) if statement is not None else None
+            suite = next((suite for suite in suites if gates.inside(self.ctx.parent, construct, suite)), None)
+            statement = (next((s for s in suite.body if gates.inside(self.ctx.parent, construct, s)), None)
+                         if suite else None)
+            group = gates.with_readers(statement, suite, self.ctx) if statement is not None else None
             if group is None:
                 return []
             statements.setdefault(statement, []).append(what)
@@ -480,57 +467,12 @@ class CudaGates(Rule):
                 statements.setdefault(reader, []).append("reads what those lines computed")
         for suite in suites:
             trimmed = [s for s in suite.body if s in statements]
-            if trimmed and not any(self._chooses_cuda_device(s) for s in suite.body if s not in statements):
+            kept = [s for s in suite.body if s not in statements]
+            if trimmed and not any(gates.chooses_cuda_device(s, self.ctx.qualnames) for s in kept):
                 return []
         if not statements:
             return []
         return list(statements.items())
-
-    def _inside(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
-        current: cst.CSTNode | None = node
-        while current is not None:
-            if current is outer:
-                return True
-            current = self.ctx.parent(current)
-        return False
-
-    def _chooses_cuda_device(self, statement: cst.BaseStatement) -> bool:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            return False
-        return any(isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None
-                   and is_cuda_device_expr(small.value, self.ctx.qualnames) for small in statement.body)
-
-    def _with_readers(self, statement: cst.BaseStatement, suite: cst.IndentedBlock) -> set[cst.BaseStatement] | None:
-        """``statement`` and the statements of ``suite`` that read what it binds (``props = ...`` then
-        ``print(props)``), transitively; None when a name it binds is read outside the suite."""
-        group: set[cst.BaseStatement] = set()
-        pending = [statement]
-        while pending:
-            current = pending.pop()
-            if current in group:
-                continue
-            group.add(current)
-            for access in self._reads_outside(current):
-                reader = next((s for s in suite.body if self._inside(access, s)), None)
-                if reader is None:
-                    return None
-                pending.append(reader)
-        return group
-
-    def _reads_outside(self, statement: cst.BaseStatement) -> list[cst.CSTNode]:
-        """Where the names ``statement`` binds (``props = ...``, a loop variable) are read outside it. An
-        augmented assignment (``banner += ...``) updates a name bound before: it may go without a trace."""
-        inside = set(patterns.find_all(statement, lambda n: True))
-        scope = self.ctx.scopes.get(statement)
-        if scope is None:
-            return [self.ctx.module]  # unknown: never inside a branch
-        reads = []
-        for assignment in scope.assignments:
-            target = getattr(assignment, "node", None)
-            if target not in inside or isinstance(self.ctx.parent(target), cst.AugAssign):
-                continue
-            reads += [access.node for access in assignment.references if access.node not in inside]
-        return reads
 
     def _needs_cuda(self, top: cst.BaseExpression, values: dict[cst.CSTNode, bool], off: set[cst.CSTNode],
                     checker: CudaOnly) -> list[tuple[cst.CSTNode, str]]:
@@ -580,7 +522,7 @@ class CudaGates(Rule):
             read = {n.value for n in patterns.find_all(test.test, lambda n: isinstance(n, cst.Name))} & set(names)
             if not read or self.ctx.position(test) <= after:
                 continue
-            launches = patterns.find_all(test.body, lambda n: isinstance(n, cst.Call) and self.ctx.is_call_to(n, *MP_SPAWN))
+            launches = patterns.find_all(test.body, lambda n: self.ctx.is_call_to(n, *MP_SPAWN))
             if not launches:
                 continue
             name = sorted(read)[0]
@@ -606,7 +548,7 @@ class CudaGates(Rule):
         where = (f"lines {min(r.start.line for r in lines)}-{max(r.end.line for r in lines)}" if lines
                  else f"line {self.ctx.position(dropped[0][0])[0]}")
         chosen = [s for part in branch if isinstance(part, cst.IndentedBlock) for s in part.body
-                  if self._chooses_cuda_device(s)]
+                  if gates.chooses_cuda_device(s, self.ctx.qualnames)]
         lost = (f"; the device it chose (line {self.ctx.position(chosen[0])[0]}: "
                 f"`{_short(chosen[0])}`) goes with it: this code now runs on the CPU" if chosen else "")
         self.finding(node, f"{_short(node)}: the CUDA path ({where}) is left out on XLA: it needs CUDA "
