@@ -210,3 +210,23 @@ def test_a_device_name_bound_in_a_sibling_branch_is_not_reused():
     place, place_after = code.split("def place_after")
     assert "model.to(gpu)" not in place.split("else:")[1] and "model.to(device)" in place, code
     assert "model.to(gpu)" in place_after, code
+
+
+def test_a_launch_on_a_left_out_path_is_reported():
+    """`if torch.cuda.device_count() > 1: mp.spawn(...)` is False on XLA (one device per process): the launch
+    goes with its branch, and the report says the program now runs one process (review class 28's shape)."""
+    code, findings = _code("""
+        import torch
+        import torch.multiprocessing as mp
+
+        def train(rank, world):
+            model = torch.nn.Linear(2, 2).cuda()
+
+        def main():
+            if torch.cuda.device_count() > 1:
+                mp.spawn(train, nprocs=2, args=(2,))
+            else:
+                train(0, 1)
+        """)
+    assert "spawn" not in code and "train(0, 1)" in code
+    assert [f.line for f in findings if f.code == "XLA104" and "one process" in f.message] == [9], findings

@@ -292,6 +292,7 @@ class CudaGates(Rule):
                 self._report_dead_launch(node, left_out)
             if node in self._trims:
                 self._trim(node, self._trims[node])
+            self._report_launch_left_out(node, left_out)
             if node in live:
                 self._test_for_xla(node)
             elif not self._inside_done(node):
@@ -503,6 +504,16 @@ class CudaGates(Rule):
         self.finding(first, f"{_short(node)}: the CUDA path chooses the device, so it is kept on XLA without "
                      f"line(s) {lines} ({what})", "port what those lines did to XLA by hand if the run needs "
                      "it (xm.get_memory_info(device) gives memory figures, xm.xla_device_hw(device) the kind)")
+
+    def _report_launch_left_out(self, node: cst.BaseExpression, left_out: list[cst.CSTNode]) -> None:
+        """``if torch.cuda.device_count() > 1: mp.spawn(...)`` decided False: the launch goes with its branch."""
+        launches = [call for part in left_out
+                    for call in patterns.find_all(part, lambda n: self.ctx.is_call_to(n, *MP_SPAWN))]
+        if launches:
+            self.finding(node, f"{_short(node)}: the launch (line {self.ctx.position(launches[0])[0]}) is on the "
+                         "path left out on XLA: the program trains in one process on one XLA device",
+                         "launch unconditionally (the XLA launcher starts one process per device) and read the "
+                         "process count in the worker (xr.world_size())")
 
     def _report_dead_launch(self, node: cst.BaseExpression, left_out: list[cst.CSTNode]) -> None:
         """A count the left-out path set (``num_gpus = torch.cuda.device_count()``) that a later test reads to
