@@ -35,7 +35,8 @@ What it does:
     those that read what they computed, and a finding names them; where that cannot be done, the finding
     says that the code now runs on the CPU. A name only the left-out path set (``num_gpus =
     torch.cuda.device_count()``) that a later test reads to choose the launch (``if num_gpus > 1:
-    mp.spawn(...)``) is reported at that test: the launch may never run. Tests of one condition in one
+    mp.spawn(...)``) is reported at that test: the launch may never run; so is a launch in a branch left
+    out (``if torch.cuda.device_count() > 1: mp.spawn(...)``). Tests of one condition in one
     function whose branches share names (a format bound by the first, used by the second) take one value:
     the one that keeps the CUDA-only code off, unless the other test's accelerator branch does work another
     rule migrates (then the disagreement is reported). A flag bound
