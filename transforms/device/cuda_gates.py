@@ -286,13 +286,13 @@ class CudaGates(Rule):
         for node in live:
             self._values.pop(node, None)  # a run-time test: no operand to combine with
         for node, choice, pure, (dropped, left_out) in sorted(decided, key=lambda d: self.ctx.position(d[0])):
+            if node in self._trims:
+                self._trim(node, self._trims[node])
             if pure is not None and choice:
                 continue  # a flag's use stays: the flag holds its value on XLA
             if dropped:
                 self._report_dropped(node, dropped, left_out)
                 self._report_dead_launch(node, left_out)
-            if node in self._trims:
-                self._trim(node, self._trims[node])
             self._report_launch_left_out(node, left_out)
             if node in live:
                 self._test_for_xla(node)
