@@ -175,3 +175,58 @@ def test_the_project_summary_counts_what_was_left_out(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "1 left for a human" in proc.stderr and "XLA104" in proc.stderr, proc.stderr
     assert "max_memory_allocated" not in (tmp_path / "out" / "train.py").read_text()
+
+
+@pytest.mark.parametrize("bind", ["", "import torch\n"])
+def test_torch_from_a_star_import_is_the_torch_module(bind):
+    """`from utils import *` with no `import torch` in the file: the star import binds torch (review class
+    29-star-import-device-kept: the device line stayed on CUDA while the loop moved to XLA), as an import
+    of torch in the file is."""
+    code, _ = _code(f"from helpers import *\n{bind}"
+                    "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n")
+    assert "device = torch_xla.device()" in code, code
+
+
+def test_a_device_name_bound_in_a_sibling_branch_is_not_reused():
+    """Review class 29-device-name-from-sibling-branch: `.to("cuda")` in the `else` became `.to(gpu)`, a name
+    only the `if` branch binds (UnboundLocalError on that path); a binding before the `if` is reused."""
+    code, _ = _code("""
+        import torch
+
+        def place(model, shard):
+            if shard:
+                gpu = torch.cuda.current_device()
+                model = model.to(gpu)
+            else:
+                model.to("cuda")
+            return model
+
+        def place_after(model, shard):
+            gpu = torch.device("cuda")
+            if shard:
+                model.to("cuda")
+            return model
+        """)
+    place, place_after = code.split("def place_after")
+    assert "model.to(gpu)" not in place.split("else:")[1] and "model.to(device)" in place, code
+    assert "model.to(gpu)" in place_after, code
+
+
+def test_a_launch_on_a_left_out_path_is_reported():
+    """`if torch.cuda.device_count() > 1: mp.spawn(...)` is False on XLA (one device per process): the launch
+    goes with its branch, and the report says the program now runs one process (review class 28's shape)."""
+    code, findings = _code("""
+        import torch
+        import torch.multiprocessing as mp
+
+        def train(rank, world):
+            model = torch.nn.Linear(2, 2).cuda()
+
+        def main():
+            if torch.cuda.device_count() > 1:
+                mp.spawn(train, nprocs=2, args=(2,))
+            else:
+                train(0, 1)
+        """)
+    assert "spawn" not in code and "train(0, 1)" in code
+    assert [f.line for f in findings if f.code == "XLA104" and "one process" in f.message] == [9], findings

@@ -258,3 +258,57 @@ def test_cells_that_are_not_python_are_left_out_and_the_rest_migrates(tmp_path):
     stderr = done.stderr.decode()
     assert "tutorial.ipynb:cell 2:line 1: XLA001" in stderr and "tutorial.ipynb:cell 5:line 2: XLA001" in stderr
     assert "cell 1" not in stderr.split("XLA001")[0]  # the help line is IPython, not a left-out cell
+
+
+def test_unmask_takes_the_indentation_its_placeholder_has_now():
+    masked, saved = mask("if ok:\n    info = !nvidia-smi\n    print(info)")
+    dedented = "\n".join(line[4:] if line.startswith("    ") else line for line in masked.split("\n")[1:])
+    assert unmask(dedented, saved) == "info = !nvidia-smi\nprint(info)"
+
+
+# A cell that inspects the GPU before training, with shell lines inside its CUDA gate (corpus: a PyTorch 2
+# introduction notebook), then a cell whose gate lists the devices and sets a larger batch.
+GPU_REPORT_CELL = """\
+if torch.cuda.is_available():
+    smi = !nvidia-smi
+    smi = "\\n".join(smi)
+    major, minor = torch.cuda.get_device_capability()
+    print(f"compute capability {major}.{minor}")
+    %env TOKENIZERS_PARALLELISM=false
+else:
+    print("No GPU here: training will be slow")"""
+TUNING_CELL = """\
+if torch.cuda.is_available():
+    !ls /dev
+    batch_size = 256"""
+
+
+def _compiles(cell: str) -> bool:
+    from xla_migrate.cli.notebooks import IPYTHON_LINE
+    code = "\n".join(m.group("indent") + "pass" if (m := IPYTHON_LINE.match(line)) else line
+                     for line in cell.split("\n"))
+    compile(code, "<cell>", "exec")
+    return True
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_a_cuda_gate_with_ipython_lines(tmp_path, target):
+    """Issue 29: the gate of the first cell was folded on (its `else` only spoke of the GPU, which counted as
+    CUDA code too), turning on get_device_capability(); and the fold dedented the Python lines but not the
+    IPython ones, so the cell no longer compiled."""
+    path = tmp_path / "intro.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nb.cells = [nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_code_cell(GPU_REPORT_CELL),
+                nbformat.v4.new_code_cell(TUNING_CELL)]
+    nbformat.write(nb, str(path))
+    done = run_cli("intro.ipynb", "--in-place", "--target", target, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    cells = [cell.source for cell in nbformat.read(str(path), as_version=4).cells]
+    assert all(_compiles(cell) for cell in cells)
+    # The CUDA path is left out (the message of the other path is right on XLA), and said so.
+    assert cells[1] == 'print("No GPU here: training will be slow")'
+    stderr = done.stderr.decode()
+    assert "intro.ipynb:cell 2:line 1: XLA104" in stderr and "get_device_capability" in stderr
+    # A gate folded on moves its IPython lines with the block.
+    assert cells[2] == "!ls /dev\nbatch_size = 256"

@@ -124,8 +124,6 @@ def _show(notes: list[Note]) -> str:
 # Severity S (silent wrong training) ----------------------------------------------------------------------------
 
 
-@known_defect(29, "a device line whose torch comes from `from utils import *` is left CUDA/CPU (XLA900 only) "
-                  "while the loop gets MpDeviceLoader on the XLA device: trains on the CPU")
 @BOTH
 def test_star_import_device_line_becomes_the_xla_device(migrated, target):
     run = migrated("29-star-import-device-kept", target)
@@ -137,8 +135,6 @@ def test_star_import_device_line_becomes_the_xla_device(migrated, target):
         f"{_show(run.notes_at('train.py', (8, 19)))}")
 
 
-@known_defect(29, "the folded CUDA branch of a device selector took `name = \"cuda:0\"` with it: "
-                  "pick_device returns the CPU, only XLA104 'the CUDA path is left out'")
 @BOTH
 def test_device_selector_keeps_choosing_the_xla_device(migrated, target):
     run = migrated("29-device-selector-folded-to-cpu", target)
@@ -150,8 +146,6 @@ def test_device_selector_keeps_choosing_the_xla_device(migrated, target):
     assert chooses_xla or says_cpu, f"pick_device today:\n{selector}\nfindings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(28, "`num_gpus = torch.cuda.device_count()` goes with the folded gate: `if num_gpus > 1: "
-                  "torch_xla.launch(...)` is never taken (num_gpus stays 0), unreported")
 @BOTH
 def test_launch_after_a_folded_device_count_stays_reachable(migrated, target):
     run = migrated("28-launch-unreachable-after-folded-count", target)
@@ -194,8 +188,6 @@ def test_entry_without_trigger_word_is_launched(migrated, target):
     assert [c.code for c in run.changes["image_train.py"]] == ["XLA407", "XLA407"]
 
 
-@known_defect(29, "two tests of torch.cuda.is_available() in log_every fold opposite ways: the format "
-                  "string keeps {memory}, the print drops memory= (KeyError 'memory')")
 @BOTH
 def test_tests_of_one_gate_fold_the_same_way(migrated, target):
     run = migrated("29-gate-folded-both-ways", target)
@@ -207,8 +199,6 @@ def test_tests_of_one_gate_fold_the_same_way(migrated, target):
     assert consistent or run.notes_at("train.py", (14,)), f"log_every today:\n{text}"
 
 
-@known_defect(29, "`model.to(\"cuda\")` in the else branch becomes `model.to(device_id)`, a name bound only "
-                  "in the sibling `if args.shard:` branch (UnboundLocalError on the default path)")
 @BOTH
 def test_device_name_is_bound_on_the_path_that_uses_it(migrated, target):
     main, text = _function(migrated("29-device-name-from-sibling-branch", target).code["train.py"], "main")

@@ -28,7 +28,18 @@ What it does:
     ``is_bf16_supported()``, legacy CUDA tensor types XLA105 does not rewrite, ``fused=True``, an inductor
     ``torch.compile``, Triton/apex/flash-attn kernels, or only a message about the CUDA device), the test
     takes the value that keeps that code off (``not torch.cuda.is_available() or
-    torch.cuda.is_bf16_supported()`` -> the non-CUDA answer), and what was left out is reported. A flag bound
+    torch.cuda.is_bf16_supported()`` -> the non-CUDA answer), and what was left out is reported. A path that
+    only speaks of the GPU (``print("No GPU found")``) is no reason to run CUDA-only code: it is taken. A
+    CUDA path that chooses the device (``device = torch.device("cuda")``, ``name = "cuda:0"``) is not lost
+    with its CUDA queries: it stays (its device becomes XLA's), without the statements that need CUDA and
+    those that read what they computed, and a finding names them; where that cannot be done, the finding
+    says that the code now runs on the CPU. A name only the left-out path set (``num_gpus =
+    torch.cuda.device_count()``) that a later test reads to choose the launch (``if num_gpus > 1:
+    mp.spawn(...)``) is reported at that test: the launch may never run; so is a launch in a branch left
+    out (``if torch.cuda.device_count() > 1: mp.spawn(...)``). Tests of one condition in one
+    function whose branches share names (a format bound by the first, used by the second) take one value:
+    the one that keeps the CUDA-only code off, unless the other test's accelerator branch does work another
+    rule migrates (then the disagreement is reported). A flag bound
     to a test (``cuda = torch.cuda.is_available()``, ``self.is_cuda = device.type == "cuda"``) is folded,
     and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
     compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
@@ -59,7 +70,7 @@ import libcst as cst
 
 from xla_migrate.analysis import gates
 from xla_migrate.analysis.cuda_only import CUDA_KEYWORDS, CudaOnly
-from xla_migrate.analysis.facts import is_cuda_device_expr
+from xla_migrate.analysis.facts import MP_SPAWN, is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
 
@@ -108,6 +119,13 @@ def _test_leaves(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [test] if isinstance(test, (cst.Name, cst.Attribute)) else []
 
 
+def _only_messages(needs: list[tuple[cst.CSTNode, str]]) -> bool:
+    return all(what == MESSAGE for _, what in needs)
+
+
+MESSAGE = "a message about the CUDA device"
+
+
 class CudaGates(Rule):
     code = "XLA104"
     name = "cuda-gates"
@@ -125,6 +143,10 @@ class CudaGates(Rule):
         # the uses of flags bound to a gate are found among them.
         self._leaves: dict[str, list[cst.BaseExpression]] = {}
         self._values: dict[cst.CSTNode, bool] = {}
+        # Tests whose CUDA path chooses the device: the statements of that path that still need CUDA go.
+        self._trims: dict[cst.CSTNode, list[tuple[cst.BaseStatement, list[str]]]] = {}
+        # (test, the test of the same condition decided the other way): reported, not changed.
+        self._disagreements: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
 
     # Finding the tests -------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -252,20 +274,10 @@ class CudaGates(Rule):
         # Innermost first: a nested test's decision takes its CUDA-only branch out of the outer test's code.
         candidates.sort(key=lambda c: -self._depth(c[0]))
         checker = CudaOnly(self.ctx)
-        tentative: dict[cst.CSTNode, bool] = dict(positive)
-        # What a decided test leaves out of the output, and the tests themselves (folded away): neither is
-        # code an outer test turns on.
-        off: set[cst.CSTNode] = {node for node, _, _ in candidates}
-        decided: list[tuple[cst.BaseExpression, bool, bool | None, tuple[list, list]]] = []
-        for node, value, pure in candidates:
-            choice, dropped = self._decide(node, value, tentative, off, checker)
-            tentative[node] = choice
-            top = gates.test_top(node, self.ctx.parent)
-            known, _ = gates.evaluate(top, tentative)
-            when_true, when_false = gates.branches(top, self.ctx.parent)
-            left_out = when_false if known is True else when_true if known is False else []
-            off.update(left_out)
-            decided.append((node, choice, pure, (dropped, left_out)))
+        decided, off = self._decide_all(candidates, positive, checker, {})
+        forced = self._one_value_per_condition(decided, positive)
+        if forced:
+            decided, off = self._decide_all(candidates, positive, checker, forced)
         # A flag's use that keeps the user's part is not a constant: it is no operand to combine with.
         self._values = {node: choice for node, choice, pure, _ in decided if pure is not False or not choice}
         live = {node for node, choice, pure, _ in decided if pure is None and choice == positive.get(node)
@@ -274,15 +286,91 @@ class CudaGates(Rule):
         for node in live:
             self._values.pop(node, None)  # a run-time test: no operand to combine with
         for node, choice, pure, (dropped, left_out) in sorted(decided, key=lambda d: self.ctx.position(d[0])):
+            if node in self._trims:
+                self._trim(node, self._trims[node])
             if pure is not None and choice:
                 continue  # a flag's use stays: the flag holds its value on XLA
             if dropped:
                 self._report_dropped(node, dropped, left_out)
+                self._report_dead_launch(node, left_out)
+            self._report_launch_left_out(node, left_out)
             if node in live:
                 self._test_for_xla(node)
             elif not self._inside_done(node):
                 self._fold(node, choice, node)
+        for node, other in self._disagreements:
+            self.finding(node, f"{_short(node)}: this test takes the accelerator's branch while the same test "
+                         f"at line {self.ctx.position(other)[0]} takes the other one (its CUDA path needs CUDA): "
+                         "code that relies on both agreeing may break", "make the two tests agree by hand (one "
+                         "condition has one value in a run)")
         self._forget_findings_in((off - {node for node, _, _ in candidates}) | folded)
+
+    def _decide_all(self, candidates: list, positive: dict[cst.CSTNode, bool], checker: CudaOnly,
+                    forced: dict[cst.CSTNode, bool]) -> tuple[list, set[cst.CSTNode]]:
+        """Each test's value (``forced``: those already known) and what the decisions leave out."""
+        self._trims = {}
+        tentative: dict[cst.CSTNode, bool] = dict(positive)
+        # What a decided test leaves out of the output, and the tests themselves (folded away): neither is
+        # code an outer test turns on.
+        off: set[cst.CSTNode] = {node for node, _, _ in candidates}
+        decided: list[tuple[cst.BaseExpression, bool, bool | None, tuple[list, list]]] = []
+        for node, value, pure in candidates:
+            if node in forced:
+                choice, dropped = forced[node], []
+            else:
+                choice, dropped = self._decide(node, value, tentative, off, checker)
+            tentative[node] = choice
+            top = gates.test_top(node, self.ctx.parent)
+            known, _ = gates.evaluate(top, tentative)
+            when_true, when_false = gates.branches(top, self.ctx.parent)
+            left_out = when_false if known is True else when_true if known is False else []
+            off.update(left_out)
+            off.update(statement for statement, _ in self._trims.get(node, ()))
+            decided.append((node, choice, pure, (dropped, left_out)))
+        return decided, off
+
+    def _one_value_per_condition(self, decided: list, positive: dict[cst.CSTNode, bool]) -> dict[cst.CSTNode, bool]:
+        """Tests of one condition in one function that were decided differently (the first ``if
+        torch.cuda.is_available():`` picks a format with {memory}, the second, whose CUDA branch reads a CUDA
+        memory statistic, the call without memory=): the program evaluates the condition once per run, so
+        every one of them takes the value that keeps the CUDA-only code off."""
+        groups: dict[tuple[int, str], list[tuple[cst.BaseExpression, bool]]] = {}
+        for node, choice, pure, _ in decided:
+            if pure is not None or gates.test_top(node, self.ctx.parent) is not node:
+                continue
+            if not any(gates.branches(node, self.ctx.parent)):
+                continue
+            scope = self.ctx.parent(node)
+            while scope is not None and not isinstance(scope, (cst.FunctionDef, cst.Module)):
+                scope = self.ctx.parent(scope)
+            groups.setdefault((id(scope), " ".join(patterns.code_of(node).split())), []).append((node, choice))
+        forced: dict[cst.CSTNode, bool] = {}
+        self._disagreements = []
+        for members in groups.values():
+            off_value = [node for node, choice in members if choice != positive.get(node)]
+            if not off_value or len({choice for _, choice in members}) == 1:
+                continue
+            others = [node for node, choice in members if choice == positive.get(node)]
+            if not any(gates.shares_names(a, b, self.ctx.parent) for a in others for b in off_value):
+                continue  # independent tests: each one's own decision stands
+            if all(self._may_take_the_other_branch(node) for node in others):
+                forced.update((node, not positive[node]) for node, _ in members)
+            else:  # a branch that does the accelerator's work (moves, a device): said, not changed
+                self._disagreements += [(node, off_value[0]) for node in others]
+        return forced
+
+    def _may_take_the_other_branch(self, test: cst.BaseExpression) -> bool:
+        """The ``if``/``else`` of ``test`` are two alternatives the program runs without CUDA too (an else
+        exists), and the accelerator's branch does nothing another rule migrates or that chooses a device."""
+        owner = self.ctx.parent(test)
+        if not isinstance(owner, (cst.If, cst.IfExp)) or owner.orelse is None:
+            return False
+        body = owner.body
+        if isinstance(body, cst.IndentedBlock) and any(gates.chooses_cuda_device(s, self.ctx.qualnames)
+                                                       for s in body.body):
+            return False
+        edits = self.ctx.edits
+        return not any(gates.inside(self.ctx.parent, edited, body) for edited in [*edits.replace, *edits.remove])
 
     def _forget_findings_in(self, left_out: set[cst.CSTNode]) -> None:
         """XLA103's reports of code that a decided test leaves out of the output: it is gone (a dropped CUDA
@@ -342,9 +430,51 @@ class CudaGates(Rule):
         needs = self._needs_cuda(top, {**tentative, node: value}, off, checker)
         if not needs:
             return value, []
-        if self._needs_cuda(top, {**tentative, node: not value}, off, checker):
+        other = self._needs_cuda(top, {**tentative, node: not value}, off, checker)
+        if other and not (_only_messages(other) and not _only_messages(needs)):
             return value, []  # CUDA code either way: the leftovers are reported (XLA900)
+        trimmed = self._trimmable(top, {**tentative, node: value}, needs)
+        if trimmed:
+            # The CUDA path chooses the device: it stays, without the statements that need CUDA.
+            self._trims[node] = trimmed
+            return value, []
+        # The other path needs nothing, or only speaks of the GPU ("no GPU found": true on XLA), while this one
+        # would run CUDA-only code: a message is never worth a crash.
         return not value, needs
+
+    def _trimmable(self, top: cst.BaseExpression, values: dict[cst.CSTNode, bool],
+                   needs: list[tuple[cst.CSTNode, str]]) -> list[tuple[cst.BaseStatement, list[str]]]:
+        """The statements to take out of the test's branches when the branch holding them chooses the device
+        (``name = "cuda:0"``, ``device = torch.device("cuda")``): dropping the whole branch would leave the
+        program on the CPU. Each CUDA-only construct must lie in a statement of a branch itself that binds
+        nothing read outside it, and that branch must keep its device choice; else none (the branch is dropped,
+        as before)."""
+        _, residue = gates.evaluate(top, values)
+        when_true, when_false = gates.branches(top, self.ctx.parent)
+        suites = [b for b in when_true + when_false if isinstance(b, cst.IndentedBlock)]
+        statements: dict[cst.BaseStatement, list[str]] = {}
+        for construct, what in needs:
+            if what == MESSAGE:
+                continue
+            if any(gates.inside(self.ctx.parent, construct, r) for r in residue):
+                return []
+            suite = next((suite for suite in suites if gates.inside(self.ctx.parent, construct, suite)), None)
+            statement = (next((s for s in suite.body if gates.inside(self.ctx.parent, construct, s)), None)
+                         if suite else None)
+            group = gates.with_readers(statement, suite, self.ctx) if statement is not None else None
+            if group is None:
+                return []
+            statements.setdefault(statement, []).append(what)
+            for reader in group - {statement}:
+                statements.setdefault(reader, []).append("reads what those lines computed")
+        for suite in suites:
+            trimmed = [s for s in suite.body if s in statements]
+            kept = [s for s in suite.body if s not in statements]
+            if trimmed and not any(gates.chooses_cuda_device(s, self.ctx.qualnames) for s in kept):
+                return []
+        if not statements:
+            return []
+        return list(statements.items())
 
     def _needs_cuda(self, top: cst.BaseExpression, values: dict[cst.CSTNode, bool], off: set[cst.CSTNode],
                     checker: CudaOnly) -> list[tuple[cst.CSTNode, str]]:
@@ -360,8 +490,60 @@ class CudaGates(Rule):
                 continue
             found += checker.constructs(part, ignore)
             if isinstance(part, cst.BaseSuite) and checker.messages_only(part):
-                found.append((part, "a message about the CUDA device"))
+                found.append((part, MESSAGE))
         return found
+
+    def _trim(self, node: cst.BaseExpression, statements: list[tuple[cst.BaseStatement, list[str]]]) -> None:
+        ranges = [r for r in (self.ctx.code_range(s) for s, _ in statements) if r is not None]
+        lines = ", ".join(f"{r.start.line}" if r.start.line == r.end.line else f"{r.start.line}-{r.end.line}"
+                          for r in sorted(ranges, key=lambda r: r.start.line))
+        what = "; ".join(dict.fromkeys(k for _, kinds in statements for k in kinds))
+        for statement, _ in statements:
+            self.remove(statement, f"line of the CUDA path of {_short(node)} removed: it needs CUDA; the path "
+                        "stays, it chooses the device")
+        first = min(statements, key=lambda s: self.ctx.position(s[0]))[0]
+        self.finding(first, f"{_short(node)}: the CUDA path chooses the device, so it is kept on XLA without "
+                     f"line(s) {lines} ({what})", "port what those lines did to XLA by hand if the run needs "
+                     "it (xm.get_memory_info(device) gives memory figures, xm.xla_device_hw(device) the kind)")
+
+    def _report_launch_left_out(self, node: cst.BaseExpression, left_out: list[cst.CSTNode]) -> None:
+        """``if torch.cuda.device_count() > 1: mp.spawn(...)`` decided False: the launch goes with its branch."""
+        launches = [call for part in left_out
+                    for call in patterns.find_all(part, lambda n: self.ctx.is_call_to(n, *MP_SPAWN))]
+        if launches:
+            self.finding(node, f"{_short(node)}: the launch (line {self.ctx.position(launches[0])[0]}) is on the "
+                         "path left out on XLA: the program trains in one process on one XLA device",
+                         "launch unconditionally (the XLA launcher starts one process per device) and read the "
+                         "process count in the worker (xr.world_size())")
+
+    def _report_dead_launch(self, node: cst.BaseExpression, left_out: list[cst.CSTNode]) -> None:
+        """A count the left-out path set (``num_gpus = torch.cuda.device_count()``) that a later test reads to
+        choose the launch (``if num_gpus > 1: mp.spawn(...)``): on XLA that test keeps the count's earlier
+        value, and the launch may never run (one process on one device, silently)."""
+        names = {small.targets[0].target.value: small for part in left_out if isinstance(part, cst.IndentedBlock)
+                 for statement in part.body if isinstance(statement, cst.SimpleStatementLine)
+                 for small in statement.body if isinstance(small, cst.Assign) and len(small.targets) == 1
+                 and isinstance(small.targets[0].target, cst.Name)}
+        if not names:
+            return
+        scope = self.ctx.parent(gates.test_top(node, self.ctx.parent))
+        while scope is not None and not isinstance(scope, (cst.FunctionDef, cst.Module)):
+            scope = self.ctx.parent(scope)
+        after = self.ctx.position(node)
+        for test in patterns.find_all(scope, lambda n: isinstance(n, cst.If)):
+            read = {n.value for n in patterns.find_all(test.test, lambda n: isinstance(n, cst.Name))} & set(names)
+            if not read or self.ctx.position(test) <= after:
+                continue
+            launches = patterns.find_all(test.body, lambda n: self.ctx.is_call_to(n, *MP_SPAWN))
+            if not launches:
+                continue
+            name = sorted(read)[0]
+            self.finding(test.test, f"if {_short(test.test)}: {name} is set only on the CUDA path left out on XLA "
+                         f"(line {self.ctx.position(names[name])[0]}: `{_short(names[name])}`), so this test "
+                         f"keeps {name}'s earlier value and the launch (line {self.ctx.position(launches[0])[0]}) "
+                         "may never run: the program trains in one process on one XLA device",
+                         "launch unconditionally (the XLA launcher starts one process per device) and read the "
+                         "process count in the worker (xr.world_size())")
 
     def _report_dropped(self, node: cst.BaseExpression, dropped: list[tuple[cst.CSTNode, str]],
                         branch: list[cst.CSTNode]) -> None:
@@ -377,8 +559,12 @@ class CudaGates(Rule):
         lines = [r for r in lines if r is not None]
         where = (f"lines {min(r.start.line for r in lines)}-{max(r.end.line for r in lines)}" if lines
                  else f"line {self.ctx.position(dropped[0][0])[0]}")
+        chosen = [s for part in branch if isinstance(part, cst.IndentedBlock) for s in part.body
+                  if gates.chooses_cuda_device(s, self.ctx.qualnames)]
+        lost = (f"; the device it chose (line {self.ctx.position(chosen[0])[0]}: "
+                f"`{_short(chosen[0])}`) goes with it: this code now runs on the CPU" if chosen else "")
         self.finding(node, f"{_short(node)}: the CUDA path ({where}) is left out on XLA: it needs CUDA "
-                     f"({'; '.join(kinds)})", "port what that code does to XLA by hand if the run needs it, "
+                     f"({'; '.join(kinds)}){lost}", "port what that code does to XLA by hand if the run needs it, "
                      "everything else it did included (XLA schedules device work itself, MpDeviceLoader "
                      "prefetches batches, xm.get_memory_info(device) gives memory figures on a TPU)")
 

@@ -13,6 +13,9 @@ from collections.abc import Callable, Mapping
 
 import libcst as cst
 
+from ..syntax import patterns
+from .facts import is_cuda_device_expr
+
 Parent = Callable[[cst.CSTNode], cst.CSTNode | None]
 
 
@@ -78,3 +81,72 @@ def executed(test: cst.BaseExpression, values: Mapping[cst.CSTNode, bool], paren
     if known is not True:
         code += when_false
     return known, code
+
+
+# What a branch binds and who reads it (a CUDA path kept without its CUDA-only statements; tests of one
+# condition that must agree) ------------------------------------------------------------------------------------
+def inside(parent: Parent, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    current: cst.CSTNode | None = node
+    while current is not None:
+        if current is outer:
+            return True
+        current = parent(current)
+    return False
+
+
+def chooses_cuda_device(statement: cst.BaseStatement, qualnames) -> bool:
+    """``device = torch.device("cuda")``, ``name = "cuda:0"``: the statement assigns a CUDA device."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return any(isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None
+               and is_cuda_device_expr(small.value, qualnames) for small in statement.body)
+
+
+def with_readers(statement: cst.BaseStatement, suite: cst.IndentedBlock, ctx) -> set[cst.BaseStatement] | None:
+    """``statement`` and the statements of ``suite`` that read what it binds (``props = ...`` then
+    ``print(props)``), transitively; None when a name it binds is read outside the suite."""
+    group: set[cst.BaseStatement] = set()
+    pending = [statement]
+    while pending:
+        current = pending.pop()
+        if current in group:
+            continue
+        group.add(current)
+        for access in _reads_outside(current, ctx):
+            reader = next((s for s in suite.body if inside(ctx.parent, access, s)), None)
+            if reader is None:
+                return None
+            pending.append(reader)
+    return group
+
+
+def _reads_outside(statement: cst.BaseStatement, ctx) -> list[cst.CSTNode]:
+    """Where the names ``statement`` binds (``props = ...``, a loop variable) are read outside it. An
+    augmented assignment (``banner += ...``) updates a name bound before: it may go without a trace."""
+    within = set(patterns.find_all(statement, lambda n: True))
+    scope = ctx.scopes.get(statement)
+    if scope is None:
+        return [ctx.module]  # unknown: never inside a branch
+    reads = []
+    for assignment in scope.assignments:
+        target = getattr(assignment, "node", None)
+        if target not in within or isinstance(ctx.parent(target), cst.AugAssign):
+            continue
+        reads += [access.node for access in assignment.references if access.node not in within]
+    return reads
+
+
+def shares_names(first: cst.BaseExpression, second: cst.BaseExpression, parent: Parent) -> bool:
+    """A name bound in a branch of one test is read in a branch of the other (``log_msg``)."""
+    def branch_names(test: cst.BaseExpression, stored: bool) -> set[str]:
+        found = set()
+        for branch in [b for side in branches(test, parent) for b in side]:
+            for node in patterns.find_all(branch, lambda n: isinstance(n, (cst.Assign, cst.Name))):
+                if stored and isinstance(node, cst.Assign):
+                    found |= {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
+                elif not stored and isinstance(node, cst.Name):
+                    found.add(node.value)
+        return found
+
+    return bool(branch_names(first, True) & branch_names(second, False)
+                or branch_names(second, True) & branch_names(first, False))

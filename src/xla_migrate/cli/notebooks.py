@@ -68,7 +68,11 @@ def unmask(code: str, saved: list[str], markers: _Markers = _PLAIN) -> str:
     for index, line in enumerate(lines):
         match = markers.placeholder_re.match(line)
         if match and int(match.group(1)) < len(saved):
-            lines[index] = saved[int(match.group(1))]
+            # The line takes its placeholder's indentation: a rule that moved the block around it (a folded
+            # `if` dedents its branch) moved the placeholder too.
+            original = saved[int(match.group(1))]
+            indent = line[:len(line) - len(line.lstrip(" \t"))]
+            lines[index] = indent + original.lstrip(" \t")
     return "\n".join(lines)
 
 

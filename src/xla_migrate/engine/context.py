@@ -125,6 +125,7 @@ class MigrationContext:
         # Qualified names are asked of the scopes per node, when a rule asks (what libcst's
         # QualifiedNameProvider does for every node of the module up front).
         self.scopes: dict[cst.CSTNode, Scope] = resolve_scopes(wrapper)
+        self._star_torch: bool | None = None  # (asked by qualnames from here on)
         self._qualnames: dict[cst.CSTNode, frozenset[str]] = {}
         self._qualified_names = QualifiedNames(self.scopes, referent_parts(wrapper))
         # Rendered here, not when a record first needs a position: that is deep inside the rules' traversal,
@@ -241,8 +242,23 @@ class MigrationContext:
         """The node's qualified names (libcst's QualifiedNameProvider, by name), resolved on first ask."""
         names = self._qualnames.get(node)
         if names is None:
-            names = self._qualnames[node] = self._qualified_names(node)
+            names = self._qualified_names(node)
+            if not names and self._torch_from_star_import() and isinstance(node, (cst.Name, cst.Attribute)):
+                dotted = patterns.dotted_name(node)
+                names = frozenset({dotted}) if dotted and dotted.split(".", 1)[0] == "torch" else names
+            self._qualnames[node] = names
         return names
+
+    def _torch_from_star_import(self) -> bool:
+        """``from utils import *`` and no binding of ``torch`` in the file, which uses it: the star import is
+        what binds ``torch`` (issue 29: the device line of such a script was left on CUDA, its loop on XLA)."""
+        if self._star_torch is None:
+            scope = self.scopes.get(self.module)
+            self._star_torch = scope is not None and not scope.assignments["torch"] and any(
+                isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar)
+                for statement in self.module.body if isinstance(statement, cst.SimpleStatementLine)
+                for small in statement.body)
+        return self._star_torch
 
     def torch_names(self, node: cst.CSTNode) -> set[str]:
         """The qualified names of ``node`` in torch (``torch`` or ``torch.*``): ``qualnames`` filtered, without
@@ -527,11 +543,24 @@ class MigrationContext:
             return not own_scope.assignments[name] and all(b in self.facts.device_bindings for b in bindings)
         where = self._start(node)
         before = [(self._bound_at(b), b) for b in bindings]
-        before = [(point, b) for point, b in before if point is not None and point <= where]
+        before = [(point, b) for point, b in before if point is not None and point <= where
+                  and not self._in_sibling_branch(b, node)]
         if not before:
             return False
         last = max(before, key=lambda pair: pair[0])[1]
         return last in self.facts.device_bindings or self._other_branch_binds_device(last, bindings)
+
+    def _in_sibling_branch(self, binding: cst.CSTNode, node: cst.CSTNode) -> bool:
+        """``binding`` is in one branch of an ``if`` and ``node`` in another: it never reaches ``node``
+        (issue 29: ``model.to(device_id)`` in the ``else`` of the ``if`` that bound ``device_id``)."""
+        child, current = binding, self.parent(binding)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            if isinstance(current, cst.If):
+                towards = self._child_towards(node, current)
+                if towards is not None and child is not current.test and towards not in (child, current.test):
+                    return True
+            child, current = current, self.parent(current)
+        return False
 
     def _other_branch_binds_device(self, binding: cst.CSTNode, bindings: list[cst.CSTNode]) -> bool:
         """``binding`` is in a branch of an ``if`` or ``try`` another branch of which assigns the device: the
