@@ -27,7 +27,7 @@ from test_torchtpu import dotted_names, torchtpu_outputs  # noqa: E402
 # fp32 runnable fixtures whose original falls back to the CPU (hard_cuda has no fallback: its CPU twin is the
 # reference, and the output's torch.accelerator device falls back where the original could not).
 SCRIPTS = ["sgd_item_save", "trainer_class", "stepper_object", "aliased_imports", "mnist_conv",
-           "accumulation_clip", "eval_counts", "finite_check", "cpu_before_device", "hard_cuda"]
+           "accumulation_clip", "eval_counts", "finite_check", "cpu_before_device", "hard_cuda", "device_option"]
 TOLERANCE = 1e-6
 
 

@@ -10,7 +10,9 @@ What it does:
     / ``manual_seed_all`` become ``torch.manual_seed`` (which seeds the TPU), or are removed where the script
     already calls ``torch.manual_seed``. ``torch.cuda.set_device(...)`` statements are removed (one device per
     process), and so are assignments to ``torch.backends.cudnn.*`` and ``torch.backends.cuda.*`` (cuDNN and
-    TF32 switches). Any spelling works (``import torch as T``, ``from torch import cuda``). What is not
+    TF32 switches). A device test against ``"cuda"`` (``device.type == "cuda"``, ``"cuda" in str(device)``,
+    ``args.device.startswith("cuda")``) tests ``"tpu"`` instead, TorchTPU's device type, so the accelerator
+    path stays the accelerator's and the CPU path the CPU's. Any spelling works (``import torch as T``, ``from torch import cuda``). What is not
     listed here stays, and XLA900 reports it.
 
 Why:
@@ -93,6 +95,9 @@ class CudaApisToAccelerator(Rule):
         return parent if isinstance(parent, cst.Expr) and parent.value is node else None
 
     def visit_Call(self, node: cst.Call) -> None:
+        if patterns.method_call(node, "startswith") and len(node.args) == 1:
+            self._device_type(node.args[0].value, node)
+            return
         names = self.ctx.qualnames(node.func)
         mapped = next((CALLS[n] for n in sorted(names) if n in CALLS), None)
         if mapped is not None and self._left_to_others(node):
@@ -143,6 +148,21 @@ class CudaApisToAccelerator(Rule):
                 func=func, args=[a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT) for a in updated.args]),
                 f"{short(node)} -> {patterns.code_of(func)}(...): it seeds the TPU")
         self._may_free_imports(node.func)
+
+    # Device tests: `device.type == "cuda"`, `"cuda" in device`, `args.device.startswith("cuda")` ----------------
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(c.comparator for c in node.comparisons)]
+        if any(isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)) for c in node.comparisons):
+            for operand in operands:
+                self._device_type(operand, node)
+
+    def _device_type(self, literal: cst.BaseExpression, test: cst.CSTNode) -> None:
+        if not (isinstance(literal, cst.SimpleString) and patterns.string_value(literal) == "cuda"):
+            return
+        kind = self.ctx.spell("device_type")  # '"tpu"': the device's type under TorchTPU ("cpu" without it)
+        quote = literal.value[-1]
+        new = cst.SimpleString(kind.replace('"', quote))
+        self.replace(literal, new, f"{short(test)}: {literal.value} -> {new.value}, TorchTPU's device type")
 
     def visit_Assign(self, node: cst.Assign) -> None:
         flags = [self._flag(t.target) for t in node.targets]
