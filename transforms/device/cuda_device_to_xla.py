@@ -85,6 +85,9 @@ class CudaDeviceToXla(Rule):
                 self._to_xla_name(value.body, "the device chosen by the test")
             return
         device = self._device_at(value)
+        if ("device_string" in self.ctx.target.spellings and isinstance(value, cst.IfExp)
+                and patterns.is_cuda_string(value.body) and patterns.string_value(value.orelse) is not None):
+            device = self.ctx.spell("device_string")  # TorchTPU: a device chosen as a string stays a string
         self.replace(value, patterns.parsed_expression(device), f"{self._short(value)} -> {device}")
         self._replaced_whole.add(value)
 

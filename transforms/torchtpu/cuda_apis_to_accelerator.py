@@ -159,6 +159,8 @@ class CudaApisToAccelerator(Rule):
     def _device_type(self, literal: cst.BaseExpression, test: cst.CSTNode) -> None:
         if not (isinstance(literal, cst.SimpleString) and patterns.string_value(literal) == "cuda"):
             return
+        if self._left_to_others(literal):  # `device_type = "cuda" if "cuda" in device else "cpu"`: XLA201's
+            return
         kind = self.ctx.spell("device_type")  # '"tpu"': the device's type under TorchTPU ("cpu" without it)
         quote = literal.value[-1]
         new = cst.SimpleString(kind.replace('"', quote))

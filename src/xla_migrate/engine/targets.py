@@ -207,6 +207,9 @@ _TORCHTPU = {
     # without CUDA, the output falls back without a TPU (it trains on the CPU here: tests/test_torchtpu.py).
     "device": Spelling('{torch}.accelerator.current_accelerator(check_available=True) or {torch}.device("cpu")'),
     "lazy_device": Spelling('{torch}.accelerator.current_accelerator(check_available=True) or {torch}.device("cpu")'),
+    # `device = "cuda" if torch.cuda.is_available() else "cpu"`: the string, chosen the same way.
+    "device_string": Spelling('{torch}.accelerator.current_accelerator().type if {torch}.accelerator.is_available() '
+                              'else "cpu"'),
     # A device named in an option or a config: TorchTPU's device type.
     "device_name": Spelling('"tpu"'),
     "device_type": Spelling('"tpu"'),
