@@ -23,7 +23,7 @@ from .report.diff import DiffStats, diff_stats, unified_diff
 from .engine.records import Change, Finding, InputError
 from .engine.triggers import mentions_a_trigger
 from .engine.targets import (DEFAULT_TARGET, Version, data_parallel_problem, describe_releases, get_target, parse_version,
-                      release_fits, runs_on)
+                      TORCH_TPU_RELEASE, release_fits, runs_on)
 
 
 @dataclass
@@ -74,11 +74,18 @@ class MigrationResult:
 
     @property
     def runs_on(self) -> str:
-        return describe_releases(*self.releases)
+        return describe_releases(*self.releases, runtime=self._runtime)
+
+    @property
+    def _runtime(self) -> str:
+        try:
+            return get_target(self.target).runtime
+        except ValueError:
+            return "torch_xla"
 
     def release_warning(self, installed: str | None) -> str | None:
         """A one-line warning when the torch_xla installed here cannot run this output, else None."""
-        if installed is None or not self.changed:
+        if installed is None or not self.changed or self._runtime != "torch_xla":
             return None
         version = parse_version(installed)
         if release_fits(version, *self.releases):
@@ -253,8 +260,11 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
     result.findings = output.findings
     result.data_parallel = output.data_parallel
     result.data_parallel_reason = output.data_parallel_reason
-    result.releases = runs_on(target_spec, output.concepts) if output.concepts else runs_on(
-        target_spec, set(target_spec.spellings))
+    if target_spec.runtime == "torch_tpu":
+        result.releases = (TORCH_TPU_RELEASE, None)
+    else:
+        result.releases = runs_on(target_spec, output.concepts) if output.concepts else runs_on(
+            target_spec, set(target_spec.spellings))
     return result
 
 

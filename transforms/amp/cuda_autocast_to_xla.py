@@ -35,7 +35,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from xla_migrate.syntax import patterns
-from xla_migrate.engine.rule import Rule, torch_names_only
+from xla_migrate.engine.rule import ALL_TARGETS, Rule, torch_names_only
 from xla_migrate.transforms.common import imported_from, joined, keyword_arg, short
 
 # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)
@@ -56,6 +56,7 @@ class CudaAutocastToXla(Rule):
     summary = "CUDA autocast (torch.cuda.amp.autocast, torch.autocast('cuda')) -> the target's XLA autocast"
     fix_safety = "review"
     on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    targets = (*ALL_TARGETS, "torchtpu")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -218,8 +219,9 @@ class CudaAutocastToXla(Rule):
                 quote = "'" if isinstance(value, cst.SimpleString) and value.value.startswith("'") else '"'
                 if isinstance(value, cst.IfExp) and isinstance(value.body, cst.SimpleString):
                     quote = "'" if value.body.value.startswith("'") else '"'
-                self.replace(value, cst.SimpleString(f"{quote}xla{quote}"),
-                             f"{target.value} = {short(value)} -> {quote}xla{quote} (the autocast device type)")
+                kind = self.ctx.target.spelling("device_type").template.strip('"')  # read, not spelled
+                self.replace(value, cst.SimpleString(f"{quote}{kind}{quote}"),
+                             f"{target.value} = {short(value)} -> {quote}{kind}{quote} (the autocast device type)")
         return True
 
     # Autocast as a value (``partial(torch.autocast, ...)``, ``ctx = torch.cuda.amp.autocast``) --------------

@@ -42,7 +42,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
-from xla_migrate.engine.rule import Rule
+from xla_migrate.engine.rule import ALL_TARGETS, Rule
 from xla_migrate.transforms.common import imported_from, joined, parenthesized_for_attribute, short
 
 # GradScaler(init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)
@@ -57,6 +57,7 @@ class GradScalerToXla(Rule):
     summary = "torch.cuda.amp.GradScaler -> torch_xla.amp.GradScaler; removed with its uses where the target has none"
     fix_safety = "review"
     on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    targets = (*ALL_TARGETS, "torchtpu")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -211,7 +212,8 @@ class GradScalerToXla(Rule):
                 return True
             return False
         if method == "step" and len(args) == 1 and len(positional) == 1:
-            if self.ctx.steps.explicitly_reduced_step(node) or self.ctx.ddp_form:
+            eager = self.ctx.target.runtime != "torch_xla"  # TorchTPU: a plain step, no barrier to add
+            if eager or self.ctx.steps.explicitly_reduced_step(node) or self.ctx.ddp_form:
                 # XLA406 all-reduced the gradients after the backward, or DDP did in the backward (the ddp
                 # form): step without a second reduction.
                 def plain_step(updated: cst.Call) -> cst.Call:
@@ -220,8 +222,9 @@ class GradScalerToXla(Rule):
                                     lpar=updated.lpar, rpar=updated.rpar)
 
                 by = "DDP" if self.ctx.ddp_form else "XLA406"
-                self.replace(node, plain_step, f"{short(node)} -> {short(plain_step(node))} (gradients "
-                             f"already all-reduced by {by})")
+                why = "eager: the optimizer steps as on CUDA" if eager and not self.ctx.ddp_form else (
+                    f"gradients already all-reduced by {by}")
+                self.replace(node, plain_step, f"{short(node)} -> {short(plain_step(node))} ({why})")
                 return True
             step = patterns.parsed_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))
             assert isinstance(step, cst.Call)

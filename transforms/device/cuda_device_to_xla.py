@@ -32,7 +32,7 @@ import libcst as cst
 
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import is_cuda_device_expr, is_cuda_ordinal
-from xla_migrate.engine.rule import Rule
+from xla_migrate.engine.rule import ALL_TARGETS, Rule
 
 
 class CudaDeviceToXla(Rule):
@@ -40,6 +40,7 @@ class CudaDeviceToXla(Rule):
     name = "cuda-device-to-xla"
     summary = "CUDA devices (torch.device('cuda'), .cuda(), .to('cuda'), device='cuda') -> the XLA device"
     on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+    targets = (*ALL_TARGETS, "torchtpu")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -84,6 +85,9 @@ class CudaDeviceToXla(Rule):
                 self._to_xla_name(value.body, "the device chosen by the test")
             return
         device = self._device_at(value)
+        if ("device_string" in self.ctx.target.spellings and isinstance(value, cst.IfExp)
+                and patterns.is_cuda_string(value.body) and patterns.string_value(value.orelse) is not None):
+            device = self.ctx.spell("device_string")  # TorchTPU: a device chosen as a string stays a string
         self.replace(value, patterns.parsed_expression(device), f"{self._short(value)} -> {device}")
         self._replaced_whole.add(value)
 
@@ -126,7 +130,8 @@ class CudaDeviceToXla(Rule):
         ctx = self.ctx
         if ctx.facts.uses_accelerate or (self._replaced_whole and self._in_replaced_whole(node)):
             return
-        if ctx.is_call_to(node, "torch.accelerator.current_accelerator"):
+        # TorchTPU's device is the current accelerator: its own spelling is not rewritten again.
+        if ctx.target.runtime == "torch_xla" and ctx.is_call_to(node, "torch.accelerator.current_accelerator"):
             device = ctx.spell("lazy_device")
             self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
             return

@@ -36,7 +36,7 @@ import libcst as cst
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import is_cuda_device_expr, is_xla_device_expr
 from xla_migrate.analysis.values import bound_values
-from xla_migrate.engine.rule import Rule
+from xla_migrate.engine.rule import ALL_TARGETS, Rule
 from xla_migrate.transforms.common import short
 
 LOADS = ("torch.load", "torch.serialization.load")
@@ -54,6 +54,7 @@ class TorchLoadMapLocation(Rule):
     code = "XLA409"
     name = "torch-load-map-location"
     summary = "torch.load(..., map_location='cuda:N' / f'cuda:{rank}') -> map_location='cpu'"
+    targets = (*ALL_TARGETS, "torchtpu")  # TorchTPU checkpoints load on the CPU too
     on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -245,6 +245,15 @@ def _as_results(outcomes, target: str) -> list[MigrationResult]:
     return results
 
 
+def _runtime_of(target: str) -> str:
+    from ..engine.targets import get_target
+
+    try:
+        return get_target(target).runtime
+    except ValueError:
+        return "torch_xla"
+
+
 def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel: str | None = None,
                  project_summary=None) -> None:
     from ..engine.targets import describe_releases, parse_version, release_fits
@@ -267,8 +276,9 @@ def _report_tree(outcomes, target: str, dry: bool, verbose: bool, data_parallel:
         low = max(r[0] for r in ranges)
         highs = [r[1] for r in ranges if r[1] is not None]
         high = min(highs) if highs else None
-        runs_on = f"; output runs on {describe_releases(low, high)}"
-        installed = _installed_torch_xla()
+        runtime = _runtime_of(target)
+        runs_on = f"; output runs on {describe_releases(low, high, runtime)}"
+        installed = _installed_torch_xla() if runtime == "torch_xla" else None
         if installed and not release_fits(parse_version(installed), low, high) and quiet < 2:
             _err(f"warning: torch_xla {installed} is installed here, but the {target} target's output needs "
                  f"{describe_releases(low, high)}", "yellow")

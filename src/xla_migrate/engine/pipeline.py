@@ -300,8 +300,9 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         findings=sorted(ctx.findings),
         concepts=ctx.concepts,
         distributed=ctx.distributed,
-        data_parallel=ctx.data_parallel if ctx.distributed else "",
-        data_parallel_reason=ctx.data_parallel_reason if ctx.distributed else "",
+        # The forms are torch_xla's (DESIGN.md section 7): none applies on TorchTPU, where DDP stays DDP.
+        data_parallel=ctx.data_parallel if ctx.distributed and ctx.target.runtime == "torch_xla" else "",
+        data_parallel_reason=ctx.data_parallel_reason if ctx.distributed and ctx.target.runtime == "torch_xla" else "",
     )
 
 

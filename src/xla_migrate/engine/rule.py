@@ -17,6 +17,7 @@ from ..syntax import patterns
 from .context import FixedReplacement, MigrationContext, Statement
 
 FixSafety = Literal["safe", "review"]
+# The torch_xla targets: a rule runs for "torchtpu" (TorchTPU) only where its targets name it.
 ALL_TARGETS: tuple[str, ...] = ("sagemaker", "2.9")
 
 

@@ -71,6 +71,9 @@ class Target:
     torchrun_rendezvous: bool = False
     # What to install for the output (the releases the proof tier runs it on; tools/xla_envs.sh).
     pins: tuple[str, ...] = ()
+    # The runtime the output runs on: "torch_xla" (the spellings' releases are torch_xla's), or "torch_tpu"
+    # (TorchTPU, DESIGN.md section 10: no torch_xla release applies, so none is chosen or warned about).
+    runtime: str = "torch_xla"
 
     def spelling(self, concept: str) -> Spelling:
         try:
@@ -123,10 +126,14 @@ def data_parallel_problem(target: Target, form: str) -> str | None:
     return None
 
 
-def describe_releases(low: Version, high: Version | None) -> str:
+def describe_releases(low: Version, high: Version | None, runtime: str = "torch_xla") -> str:
     if high is None:
-        return f"torch_xla >= {format_version(low)}"
-    return f"torch_xla >= {format_version(low)}, < {format_version(high)}"
+        return f"{runtime} >= {format_version(low)}"
+    return f"{runtime} >= {format_version(low)}, < {format_version(high)}"
+
+
+# The torch_tpu release whose wheel the torchtpu target's names were checked against (tests/test_torchtpu.py).
+TORCH_TPU_RELEASE: Version = (0, 2)
 
 
 _SEEDS = {
@@ -218,6 +225,32 @@ _CURRENT = {
 }
 del _CURRENT["grad_scaler"]
 
+# TorchTPU (torch_tpu 0.2.0, DESIGN.md section 10): eager, so no step barrier, device loader or optimizer step
+# of torch_xla; torch.accelerator for what torch.cuda did (the torch.tpu helpers raise from user code on
+# torch >= 2.11), so the output also runs on the CPU where the original fell back to it. Only the rules whose
+# targets name "torchtpu" run for it (transforms/torchtpu/).
+_TORCHTPU = {
+    # The current accelerator (tpu under torch_tpu), else the CPU: where the original fell back to the CPU
+    # without CUDA, the output falls back without a TPU (it trains on the CPU here: tests/test_torchtpu.py).
+    "device": Spelling('{torch}.accelerator.current_accelerator(check_available=True) or {torch}.device("cpu")'),
+    "lazy_device": Spelling('{torch}.accelerator.current_accelerator(check_available=True) or {torch}.device("cpu")'),
+    # `device = "cuda" if torch.cuda.is_available() else "cpu"`: the string, chosen the same way.
+    "device_string": Spelling('{torch}.accelerator.current_accelerator().type if {torch}.accelerator.is_available() '
+                              'else "cpu"'),
+    # A device named in an option or a config: TorchTPU's device type.
+    "device_name": Spelling('"tpu"'),
+    "device_type": Spelling('"tpu"'),
+    # torch.cuda.<name> -> torch.accelerator.<name> (availability, count, synchronize, memory statistics).
+    "accelerator_api": Spelling("{torch}.accelerator.{0}"),
+    "manual_seed": Spelling("{torch}.manual_seed({0})"),
+    "autocast": Spelling('{torch}.autocast("tpu", dtype={torch}.bfloat16)'),
+    # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state);
+    # disabled, it touches no device (it builds on a CPU-only torch too).
+    "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("tpu", enabled=False)'),
+    "save": Spelling("{torch}.save"),
+    "process_group_backend": Spelling('"tpu_dist"'),
+}
+
 TARGETS: dict[str, Target] = {
     "sagemaker": Target(
         name="sagemaker",
@@ -238,6 +271,18 @@ TARGETS: dict[str, Target] = {
         torchrun_rendezvous=True,
         pins=("torch==2.9.0", "torch-xla==2.9.0"),
     ),
+    "torchtpu": Target(
+        name="torchtpu",
+        description="TorchTPU preview (torch_tpu 0.2.0): eager, torch.device(\"tpu\") through torch.accelerator, "
+                    "bf16 autocast; nothing run on a TPU here",
+        spellings=_TORCHTPU,
+        verified_on=(),
+        has_grad_scaler=False,
+        autocast_dtype="bfloat16",
+        torchrun_rendezvous=True,
+        pins=("torch>=2.11", "torch_tpu==0.2.0"),
+        runtime="torch_tpu",
+    ),
 }
 
 DEFAULT_TARGET = "sagemaker"
@@ -254,7 +299,7 @@ def get_target(name: str) -> Target:
 def target_for_release(version: Version) -> Target | None:
     """The newest target whose full spelling set runs on this torch_xla release."""
     fitting = [
-        t for t in TARGETS.values() if release_fits(version, *runs_on(t, set(t.spellings)))
+        t for t in TARGETS.values() if t.runtime == "torch_xla" and release_fits(version, *runs_on(t, set(t.spellings)))
     ]
     return fitting[-1] if fitting else None
 

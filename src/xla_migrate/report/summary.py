@@ -130,7 +130,7 @@ _NAMES_TORCH_XLA = re.compile(r"^\s*[\"']?torch[-_]xla\b", re.IGNORECASE | re.MU
 
 
 def requirement_for(target) -> str:
-    return next(pin for pin in target.pins if pin.lower().startswith(("torch-xla", "torch_xla")))
+    return next(pin for pin in target.pins if pin.lower().startswith(("torch-xla", "torch_xla", "torch-tpu", "torch_tpu")))
 
 
 def add_requirement(root: str, target, write: bool) -> str | None:

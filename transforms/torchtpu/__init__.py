@@ -1,0 +1,1 @@
+"""Rules only the torchtpu target runs (TorchTPU, DESIGN.md section 10)."""
