@@ -48,6 +48,46 @@ def test_metrics_file_gives_per_step_figures_after_verify_warmup():
     assert figures["fallbacks"] == {"aten::nonzero": 4}
 
 
+def traced(ops: dict[str, int]) -> str:
+    return "".join(f"Counter: xla::{op}\n  Value: {n}\n" for op, n in ops.items())
+
+
+def run_of(steps: list[tuple[str, int]]) -> list[dict]:
+    """A metrics file of steps (graph, compiles at that step): each graph traces its own ops, once a step."""
+    graph_ops = {"train": ("mm", "addmm", "mse_loss_backward"), "eval": ("addmm", "max", "eq"),
+                 "cnn": ("convolution_overrideable", "convolution_backward_overrideable")}
+    counts: dict[str, int] = {}
+    compiles, blocks = 0, []
+    for step, (graph, compiled) in enumerate(steps):
+        for op in graph_ops[graph]:
+            counts[op] = counts.get(op, 0) + 1
+        compiles += compiled
+        blocks.append(metrics_block(step, compiles, step + 1 - compiles, compiles, extra=traced(counts)))
+    return measure.parse_metrics_file("".join(blocks))
+
+
+def test_a_new_graph_first_reached_after_warmup_is_its_own_warmup():
+    # training compiles at its first two steps; after warm-up an evaluation graph and another model's graph
+    # compile theirs (two steps each), then run from the cache: first compiles, not recompilations
+    steps = [("train", 1), ("train", 1)] + [("train", 0)] * 6 + [("eval", 1), ("eval", 1), ("eval", 0)]
+    steps += [("cnn", 1), ("cnn", 1)] + [("cnn", 0)] * 4 + [("train", 0)] * 3
+    figures = measure.metrics_figures(run_of(steps))
+    assert figures["compiles_after_warmup"] == 4
+    assert (figures["first_compiles_after_warmup"], figures["recompiles_after_warmup"]) == (4, 0)
+    assert measure.own_problems({"exit_status": 0}, figures, {"ok": True}) == []
+
+
+def test_a_graph_that_compiles_again_after_its_warmup_is_recompiling():
+    # the training graph compiles at every step (a shape or a Python value changes): the same ops each time
+    steps = [("train", 1)] * 12 + [("eval", 1), ("eval", 1)]
+    figures = measure.metrics_figures(run_of(steps))
+    assert (figures["first_compiles_after_warmup"], figures["recompiles_after_warmup"]) == (2, 7)
+    assert measure.own_problems({"exit_status": 0}, figures, {"ok": True}) == ["recompilation"]
+    # a known graph that ran from the cache and compiles again later is recompiling too
+    late = measure.metrics_figures(run_of([("train", 1), ("train", 1)] + [("train", 0)] * 8 + [("train", 1)] * 4))
+    assert (late["first_compiles_after_warmup"], late["recompiles_after_warmup"]) == (0, 4)
+
+
 def test_no_metrics_means_no_device_work():
     figures = measure.metrics_figures([])
     assert figures["markers"] == 0 and figures["executions"] == 0 and figures["executions_per_step"] is None
