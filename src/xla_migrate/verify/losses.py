@@ -16,7 +16,8 @@ What draws the random numbers is seen in the runs (the loader's ``random`` event
 random ops), not guessed from the source. The smoothing is a centred moving average over ``2h+1`` values,
 ``h = max(1, n // 10)``. The trend is judged only where the original's smoothed curve moves more than 8 times
 what its own noise explains (its residual around the smoothing, over the window's square root); a flat curve is
-judged by its level alone. Loss lines are grouped by name (``loss``, ``val_loss``, ``Loss_D``) for the curves,
+judged by its level alone. A stochastic curve whose trend is under 27 noise units needs less R² (``NOISE_R2``):
+each run's own noise then costs R² by itself. Loss lines are grouped by name (``loss``, ``val_loss``, ``Loss_D``) for the curves,
 so that interleaved series are compared each with its own.
 """
 
@@ -30,6 +31,11 @@ from dataclasses import dataclass
 FP32_TOLERANCE = 1e-3  # largest |loss delta| against the original, fp32
 CURVE_TOLERANCES = {"bf16": (0.9, 0.03), "stochastic": (0.8, 0.1)}  # mode -> (least R², most relative L1)
 TREND_OVER_NOISE = 8.0  # the original's smoothed curve must move this many noise units for R² to be judged
+# Two stochastic runs each carry their own noise: with the original's trend T noise units, noise alone costs
+# R² about 25/T² (measured: median R² 0.67 at T 8-12 for correct runs). R² must reach min(0.8, 1 - 150/T²):
+# correct runs fail it at most 4% of the time (T 8-12; 1% above), runs that learn at half the pace 65% (T 8-12),
+# 99% from T 12 (fixed 0.8: correct runs failed 74% at T 8-12).
+NOISE_R2 = 150.0
 MIN_CURVE_VALUES = 4  # shorter series are left out of a curve comparison
 DEFAULT_LOSS_REGEX = (r"(?i)(?P<name>\b[a-z_]*loss(?:_[a-z0-9]+)?)\b[^0-9a-z\n+-]*(?:tensor\()?\s*"
                       r"(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|nan|inf)")
@@ -113,9 +119,17 @@ class Curve:
     rel_l1: float
     trend_over_noise: float
 
+    def least_r2(self, mode: str) -> float:
+        """The R² this curve must reach: the mode's, lowered for a stochastic curve whose trend is only a few
+        times its noise (both runs' noise then costs R² by itself)."""
+        least = CURVE_TOLERANCES[mode][0]
+        if mode == "stochastic":
+            least = min(least, 1 - NOISE_R2 / max(self.trend_over_noise, 1e-12) ** 2)
+        return least
+
     def within(self, mode: str) -> bool:
-        least_r2, most_l1 = CURVE_TOLERANCES[mode]
-        return self.rel_l1 <= most_l1 and (self.r2 is None or self.r2 >= least_r2)
+        most_l1 = CURVE_TOLERANCES[mode][1]
+        return self.rel_l1 <= most_l1 and (self.r2 is None or self.r2 >= self.least_r2(mode))
 
     def to_json(self) -> dict:
         return {"name": self.name, "compared": self.compared, "window": self.window,
@@ -145,7 +159,9 @@ def tolerance_text(mode: str) -> str:
     if mode == "fp32":
         return f"every value within {FP32_TOLERANCE:g}"
     least_r2, most_l1 = CURVE_TOLERANCES[mode]
-    return f"smoothed curves: R² >= {least_r2:g} (where the original trends) and relative L1 <= {most_l1:g}"
+    lowered = ", less for a trend within 27 noise units" if mode == "stochastic" else ""
+    return (f"smoothed curves: R² >= {least_r2:g} (where the original trends{lowered}) and relative L1 <= "
+            f"{most_l1:g}")
 
 
 # Randomness ------------------------------------------------------------------------------------------------------
@@ -300,11 +316,11 @@ def _compare_curves(outcome: LossOutcome, stdout: str, reference_stdout: str, lo
     losses["compared"] = sum(curve.compared for curve in curves)
     failed = [curve for curve in curves if not curve.within(mode)]
     losses["ok"] = not failed
-    least_r2, most_l1 = CURVE_TOLERANCES[mode]
+    most_l1 = CURVE_TOLERANCES[mode][1]
     for curve in failed:
         parts = []
-        if curve.r2 is not None and curve.r2 < least_r2:
-            parts.append(f"R² {curve.r2:.3g} < {least_r2:g}: the trend differs")
+        if curve.r2 is not None and curve.r2 < curve.least_r2(mode):
+            parts.append(f"R² {curve.r2:.3g} < {curve.least_r2(mode):.2g}: the trend differs")
         if curve.rel_l1 > most_l1:
             parts.append(f"relative L1 {curve.rel_l1:.3g} > {most_l1:g}: the level differs")
         outcome.problems.append(f"the {curve.name} curve differs from the original's ({mode} comparison over "
