@@ -88,6 +88,22 @@ def test_a_graph_that_compiles_again_after_its_warmup_is_recompiling():
     assert (late["first_compiles_after_warmup"], late["recompiles_after_warmup"]) == (0, 4)
 
 
+def test_executions_per_step_skip_markers_that_ran_nothing_and_are_judged_on_whole_counts():
+    # 3 epochs of 4 steps, each step two graphs (a read mid-step), then 2 markers with nothing to run
+    launched, blocks = 0, []
+    for epoch in range(3):
+        for work in [2, 2, 2, 2, 0, 0]:
+            launched += work
+            blocks.append(metrics_block(len(blocks), 1, launched - 1, 1))
+    figures = measure.metrics_figures(measure.parse_metrics_file("".join(blocks)))
+    assert (figures["after_warmup"], figures["busy_steps"], figures["executions_after_warmup"]) == (13, 8, 16)
+    assert figures["executions_per_step"] == 2.0
+    assert measure.own_problems({"exit_status": 0}, figures, {"ok": True}) == ["executions"]
+    # 8 executions in 7 steps is within the spare one: 1.143 x 7 once rounded up to a ninth
+    spare = dict(figures, after_warmup=7, busy_steps=7, executions_after_warmup=8, executions_per_step=1.143)
+    assert measure.own_problems({"exit_status": 0}, spare, {"ok": True}) == []
+
+
 def test_no_metrics_means_no_device_work():
     figures = measure.metrics_figures([])
     assert figures["markers"] == 0 and figures["executions"] == 0 and figures["executions_per_step"] is None

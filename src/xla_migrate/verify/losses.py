@@ -17,8 +17,8 @@ random ops), not guessed from the source. The smoothing is a centred moving aver
 ``h = max(1, n // 10)``. The trend is judged only where the original's smoothed curve moves more than 8 times
 what its own noise explains (its residual around the smoothing, over the window's square root); a flat curve is
 judged by its level alone. A stochastic curve whose trend is under 27 noise units needs less R² (``NOISE_R2``):
-each run's own noise then costs R² by itself. Loss lines are grouped by name (``loss``, ``val_loss``, ``Loss_D``) for the curves,
-so that interleaved series are compared each with its own.
+each run's own noise then costs R² by itself. Loss lines are grouped by name (``loss``, ``val_loss``,
+``Loss_D``) for the curves, so that interleaved series are compared each with its own.
 """
 
 from __future__ import annotations
