@@ -21,9 +21,9 @@ data in the shape the program reads, then:
    land in the output's folder) with the recipe's original-only arguments;
 4. measures from torch_xla's metrics file, independently of verify's loader: compilations after warm-up,
    graph executions per step, host reads (``aten::_local_scalar_dense``) per step, ops that fell back to the
-   CPU; compares the losses with the original's of step 1 (fp32 programs: 1e-3 at every value; programs that
-   draw random numbers on the device: the smoothed curves, relative L1 within 10%; AMP: finite and
-   decreasing); gives its own verdict, and whether verify's verdict agrees with it;
+   CPU; compares the losses with the original's of step 1, with verify's definitions (fp32 programs: 1e-3 at
+   every value; programs that draw random numbers: verify's stochastic curve comparison; AMP: its bf16 one);
+   gives its own verdict, and whether verify's verdict agrees with it;
 5. where the recipe names how: resumes from the checkpoint the run wrote (original and output alike) and
    compares the resumed losses. The replicas column is verify's replica probe: "1 proc" for a single-process
    run, "ok" for a data-parallel one whose every update was reduced once, else the unreduced updates.

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from xla_migrate import verify  # noqa: E402  (the product's warm-up, thresholds and AMP check)
+from xla_migrate import verify  # noqa: E402  (the product's warm-up, thresholds and definitions)
+from xla_migrate.verify import losses as verify_losses  # noqa: E402  (its curve comparison)
 
-CURVE_TOLERANCE = 0.10  # relative L1 of the smoothed curves, for programs that draw random numbers on the device
 STATUS_RANK = {"clean": 0, "slowdown": 1, "not-on-xla": 2, "divergence": 3, "crash": 4, "cannot-run": 5}
 # Problem kinds both verify and this suite measure (verify's host-reads has no independent counterpart here:
 # the metrics file cannot tell reads inside step closures from the others).
@@ -117,18 +117,11 @@ def metrics_figures(blocks: list[dict]) -> dict:
             "reads": last["reads"], "reads_per_step": per_step("reads"), "fallbacks": last["fallbacks"]}
 
 
-def smooth(values: list[float], width: int) -> list[float]:
-    out = []
-    for i in range(len(values)):
-        part = values[max(0, i - width + 1): i + 1]
-        out.append(sum(part) / len(part))
-    return out
-
-
 def compare_losses(values: list[float], reference: list[float], *, amp: bool, random: bool) -> dict:
-    """The migrated run's losses against the original's: strict for fp32, by the curve for random programs."""
+    """The migrated run's losses against the original's (this suite's own run of it), with verify's definitions:
+    fp32 value by value; random programs (stochastic) and AMP programs (bf16) by verify's curve comparison."""
     result = {"values": len(values), "original": len(reference), "max_delta": None, "mode": None, "ok": None,
-              "tolerance": None, "relative_l1": None, "note": ""}
+              "tolerance": None, "relative_l1": None, "r2": None, "note": ""}
     count = min(len(values), len(reference))
     if count:
         deltas = [abs(a - b) for a, b in zip(values[:count], reference[:count])]
@@ -139,23 +132,25 @@ def compare_losses(values: list[float], reference: list[float], *, amp: bool, ra
     if not values:
         result.update(ok=False, note="no loss in the output's run")
         return result
-    if amp:
-        result.update(mode="amp", tolerance="finite and decreasing", ok=verify.finite_and_decreasing(values))
-        return result
+    mode = "random" if random else ("amp" if amp else "fp32")
     if len(values) != len(reference):
-        result.update(mode="random" if random else "fp32", ok=False,
-                      note=f"{len(values)} loss values, the original {len(reference)}")
+        result.update(mode=mode, ok=False, note=f"{len(values)} loss values, the original {len(reference)}")
         return result
-    if random:
-        width = max(1, count // 4)
-        a, b = smooth(values, width), smooth(reference, width)
-        scale = sum(abs(x) for x in b) or 1.0
-        rel = sum(abs(x - y) for x, y in zip(a, b)) / scale
-        result.update(mode="random", tolerance=CURVE_TOLERANCE, relative_l1=round(rel, 4),
-                      ok=math.isfinite(rel) and rel <= CURVE_TOLERANCE)
+    if mode == "fp32":
+        result.update(mode=mode, tolerance=verify.FP32_TOLERANCE,
+                      ok=result["max_delta"] is not None and result["max_delta"] <= verify.FP32_TOLERANCE)
         return result
-    result.update(mode="fp32", tolerance=verify.FP32_TOLERANCE,
-                  ok=result["max_delta"] is not None and result["max_delta"] <= verify.FP32_TOLERANCE)
+    curve_mode = "stochastic" if random else "bf16"  # verify's names of the two curve comparisons
+    result.update(mode=mode, tolerance=verify_losses.tolerance_text(curve_mode))
+    if not all(math.isfinite(v) for v in values):
+        result.update(ok=False, note="losses not finite")
+        return result
+    if count < verify_losses.MIN_CURVE_VALUES:
+        result["note"] = f"fewer than {verify_losses.MIN_CURVE_VALUES} values: not compared as a curve"
+        return result
+    curve = verify_losses.compare_curve("loss", values, reference)
+    result.update(relative_l1=round(curve.rel_l1, 4), r2=None if curve.r2 is None else round(curve.r2, 4),
+                  ok=curve.within(curve_mode))
     return result
 
 
@@ -225,11 +220,11 @@ def _num(value, fmt: str = "{:g}") -> str:
 def losses_cell(losses: dict | None) -> str:
     if not losses or losses.get("mode") is None:
         return "-" if not losses or not losses.get("note") else "no loss"
-    if losses["values"] != losses["original"] and losses["mode"] != "amp":
+    if losses["values"] != losses["original"]:
         return f"{losses['values']}/{losses['original']} vals"
-    if losses["mode"] == "amp":
-        return "amp ok" if losses["ok"] else "amp BAD"
-    if losses["mode"] == "random":
+    if losses["mode"] in ("amp", "random"):
+        if losses.get("relative_l1") is None:  # too short for a curve, or not finite
+            return f"{losses['mode']} {'-' if losses['ok'] is None else ('ok' if losses['ok'] else 'BAD')}"
         return f"{'~' if losses['ok'] else 'DIFF~'}{losses['relative_l1']:.2g}"
     return f"{'=' if losses['ok'] else 'DIFF '}{losses['max_delta']:.2g}"
 
