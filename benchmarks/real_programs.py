@@ -319,7 +319,8 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     blocks = parse_metrics_file(metrics_file.read_text(errors="replace")) if metrics_file.exists() else []
     record["own"] = metrics_figures(blocks)
     values = [float(v) for v in (report["losses"]["values"] if report else [])]
-    record["losses"] = compare_losses(values, original["losses"], amp=recipe.amp, random=bool(recipe.random))
+    record["losses"] = compare_losses(values, original["losses"], amp=recipe.amp, random=bool(recipe.random),
+                                      different_start="weight init" in recipe.random)
     record["losses"]["curve"] = values
     record["problems"] = own_problems(record["run"], record["own"], record["losses"])
     record["status"] = status_of(record["problems"])
@@ -347,7 +348,8 @@ def run_resume(recipe: Recipe, ctx: Context, orig: Path, out: Path, env_name: st
     if migrated.returncode != 0:
         return {"status": "crash", "error": migrated.last_error_line}
     losses = compare_losses(verify.parse_losses(migrated.stdout, regex), verify.parse_losses(original.stdout, regex),
-                            amp=recipe.amp, random=bool(recipe.random))
+                            amp=recipe.amp, random=bool(recipe.random),
+                            different_start="weight init" in recipe.random)
     return {"status": "ok" if losses["ok"] else "differs", "losses": losses}
 
 

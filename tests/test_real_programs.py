@@ -136,6 +136,11 @@ def test_random_and_amp_programs_are_compared_by_verify_s_curve_definition():
     off = measure.compare_losses([v * 1.3 for v in reference], reference, amp=True, random=False)
     assert off["mode"] == "amp" and off["ok"] is False and measure.losses_cell(off).startswith("DIFF~")
     assert not measure.compare_losses([2.0, float("nan"), 1.5, 1.2], [1.0] * 4, amp=True, random=False)["ok"]
+    # unseeded weight init: other models, judged by the level alone (as verify does)
+    quick = [0.35, 0.336, 0.331, 0.336, 0.335, 0.327, 0.336, 0.329, 0.33, 0.329, 0.326, 0.327]
+    steady = [0.354, 0.348, 0.349, 0.341, 0.342, 0.336, 0.339, 0.347, 0.336, 0.331, 0.328, 0.332]
+    assert measure.compare_losses(quick, steady, amp=False, random=True)["ok"] is False
+    assert measure.compare_losses(quick, steady, amp=False, random=True, different_start=True)["ok"] is True
     short = measure.compare_losses([1.0, 0.9], [1.0, 0.8], amp=False, random=True)
     assert short["ok"] is None and measure.losses_cell(short) == "random -"
 

@@ -105,6 +105,26 @@ def test_a_weak_trend_in_noisy_runs_lowers_the_r2_it_needs_but_still_catches_a_s
     assert strong.trend_over_noise > 30 and strong.least_r2("stochastic") == 0.8
 
 
+def test_runs_from_other_initial_parameters_are_judged_by_their_level_alone():
+    # two unseeded runs: other weights, so the curves differ in shape beyond their step noise (a quick drop then
+    # flat against a slow steady one, the same level): R² is shown, not judged; a level off by 30% still fails
+    quick = [0.35, 0.336, 0.331, 0.336, 0.335, 0.327, 0.336, 0.329, 0.33, 0.329, 0.326, 0.327]
+    steady = [0.354, 0.348, 0.349, 0.341, 0.342, 0.336, 0.339, 0.347, 0.336, 0.331, 0.328, 0.332]
+    strict = losses.compare_curve("loss", quick, steady)
+    assert strict.r2 < strict.least_r2("stochastic") and not strict.within("stochastic")
+    level = losses.compare_curve("loss", quick, steady, level_only=True)
+    assert level.r2 == strict.r2 and level.within("stochastic") and level.to_json()["level_only"] is True
+    assert not losses.compare_curve("loss", [v * 1.3 for v in quick], steady, level_only=True).within("stochastic")
+    unseeded = "torch's generator is not seeded before parameters initialized (at m.py:3): each run draws other"
+    assert losses.different_start([unseeded]) and not losses.different_start(["random ops on the XLA device"])
+    plain = v.Process(0, losses_text(steady), "", 1.0, events=[
+        {"event": "random", "kind": "unseeded torch", "where": "/w/m.py:3", "before": "parameters initialized"}])
+    report = v.assess(random_run(quick), "t.py", original=plain, cwd="/w")
+    assert report.status == "clean" and report.losses["curves"][0]["level_only"], report.verdict
+    assert "not judged (other initial parameters)" in report.verdict
+    jsonschema.validate(json.loads(json.dumps(report.to_json(), allow_nan=False)), SCHEMA)
+
+
 def test_a_flat_original_curve_is_judged_by_its_level_alone():
     flat = [1.0] * 30
     curve = losses.compare_curve("loss", noisy(flat, 0.05, 1), noisy(flat, 0.05, 2))

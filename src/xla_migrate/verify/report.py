@@ -172,6 +172,8 @@ def _curve_figures(curve: dict | None) -> str:
     if curve is None:
         return "no curve"
     r2 = "R² not judged (flat curve)" if curve["r2"] is None else f"R² {curve['r2']:.3g}"
+    if curve.get("level_only") and curve["r2"] is not None:
+        r2 += " not judged (other initial parameters)"
     return f"{r2}, relative L1 {curve['rel_l1']:.3g}"
 
 
