@@ -89,20 +89,21 @@ def test_a_curve_off_in_level_or_trend_is_not(factor, why):
 
 
 def test_a_weak_trend_in_noisy_runs_lowers_the_r2_it_needs_but_still_catches_a_slower_run():
-    # 12 values falling 7% with 1% noise in each run (two unseeded runs of a tutorial, say): the trend is about
-    # 11 noise units, so both runs' noise alone costs R² (correct runs: 0.46-0.86, the fixed 0.8 failed half)
+    # 12 values falling 7% with 1% noise in each run (dropout, say): the trend is about 11 noise units, so both
+    # runs' noise alone costs R² (correct runs: 0.46-0.86, the fixed 0.8 failed more than half)
     weak = [0.35 - 0.025 * (1 - math.exp(-i / 6)) for i in range(12)]
     slower = [weak[0] - (weak[0] - x) * 0.3 for x in weak]
     original = noisy(weak, 0.01, 100)
-    for seed in range(1, 9):
-        same = losses.compare_curve("loss", noisy(weak, 0.01, seed), original)
-        assert 8 < same.trend_over_noise < 27 and same.least_r2("stochastic") < 0.8
-        assert same.within("stochastic"), (seed, same)
-        assert same.least_r2("bf16") == 0.9  # deterministic runs share their noise: no lowering
+    same = [losses.compare_curve("loss", noisy(weak, 0.01, seed), original) for seed in range(1, 13)]
+    assert all(8 < c.trend_over_noise < 17 and c.least_r2("stochastic") < 0.8 for c in same)
+    assert sum(c.within("stochastic") for c in same) >= 10
+    assert sum(c.r2 >= 0.8 for c in same) <= 6
+    assert same[0].least_r2("bf16") == 0.9  # deterministic runs share their noise: no lowering
+    for seed in range(1, 13):
         slow = losses.compare_curve("loss", noisy(slower, 0.01, seed), original)
         assert slow.rel_l1 < 0.1 and slow.r2 < slow.least_r2("stochastic") and not slow.within("stochastic")
     strong = losses.compare_curve("loss", noisy(CURVE, 0.01, 1), noisy(CURVE, 0.01, 2))
-    assert strong.trend_over_noise > 30 and strong.least_r2("stochastic") == 0.8
+    assert strong.trend_over_noise > 17 and strong.least_r2("stochastic") == 0.8
 
 
 def test_runs_from_other_initial_parameters_are_judged_by_their_level_alone():
