@@ -21,9 +21,9 @@ data in the shape the program reads, then:
    land in the output's folder) with the recipe's original-only arguments;
 4. measures from torch_xla's metrics file, independently of verify's loader: compilations after warm-up,
    graph executions per step, host reads (``aten::_local_scalar_dense``) per step, ops that fell back to the
-   CPU; compares the losses with the original's of step 1 (fp32 programs: 1e-3 at every value; programs that
-   draw random numbers on the device: the smoothed curves, relative L1 within 10%; AMP: finite and
-   decreasing); gives its own verdict, and whether verify's verdict agrees with it;
+   CPU; compares the losses with the original's of step 1, with verify's definitions (fp32 programs: 1e-3 at
+   every value; programs that draw random numbers: verify's stochastic curve comparison; AMP: its bf16 one);
+   gives its own verdict, and whether verify's verdict agrees with it;
 5. where the recipe names how: resumes from the checkpoint the run wrote (original and output alike) and
    compares the resumed losses. The replicas column is verify's replica probe: "1 proc" for a single-process
    run, "ok" for a data-parallel one whose every update was reduced once, else the unreduced updates.
@@ -319,7 +319,8 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     blocks = parse_metrics_file(metrics_file.read_text(errors="replace")) if metrics_file.exists() else []
     record["own"] = metrics_figures(blocks)
     values = [float(v) for v in (report["losses"]["values"] if report else [])]
-    record["losses"] = compare_losses(values, original["losses"], amp=recipe.amp, random=bool(recipe.random))
+    record["losses"] = compare_losses(values, original["losses"], amp=recipe.amp, random=bool(recipe.random),
+                                      different_start="weight init" in recipe.random)
     record["losses"]["curve"] = values
     record["problems"] = own_problems(record["run"], record["own"], record["losses"])
     record["status"] = status_of(record["problems"])
@@ -347,7 +348,8 @@ def run_resume(recipe: Recipe, ctx: Context, orig: Path, out: Path, env_name: st
     if migrated.returncode != 0:
         return {"status": "crash", "error": migrated.last_error_line}
     losses = compare_losses(verify.parse_losses(migrated.stdout, regex), verify.parse_losses(original.stdout, regex),
-                            amp=recipe.amp, random=bool(recipe.random))
+                            amp=recipe.amp, random=bool(recipe.random),
+                            different_start="weight init" in recipe.random)
     return {"status": "ok" if losses["ok"] else "differs", "losses": losses}
 
 

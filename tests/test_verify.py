@@ -150,6 +150,29 @@ def test_two_graph_executions_per_step_name_the_line_that_forced_them():
     assert "forced at train.py:20" in report.verdict
 
 
+def epochs_of_short_loaders(per_step, epochs=3, steps=4):
+    """Markers of epochs of ``steps`` training steps that each launch ``per_step`` graphs, and then two markers
+    with nothing to run (the device loader's at the end of an epoch)."""
+    launched, markers = 0, []
+    for _ in range(epochs):
+        for work in [per_step] * steps + [0, 0]:
+            launched += work
+            markers.append(snapshot(len(markers) + 1, executions=launched))
+    return markers
+
+
+def test_markers_with_nothing_to_run_are_not_steps_of_the_executions_figure():
+    # a mid-step read in every step: 2 graphs a step, which 0.7 graphs per marker (2 idle markers an epoch) hid
+    doubled = v.assess(observation(epochs_of_short_loaders(2)), "train.py")
+    assert doubled.steps["after_warmup"] == 13 and doubled.executions["steps"] == 8
+    assert doubled.executions["per_step"] == 2.0 and [p.kind for p in doubled.problems] == ["executions"]
+    assert "2.0 graph executions per step" in doubled.verdict
+    assert "over the 8 markers that ran a graph (5 ran none)" in "\n".join(v.render_text(doubled))
+    single = v.assess(observation(epochs_of_short_loaders(1)), "train.py")
+    assert single.status == "clean" and single.executions["per_step"] == 1.0
+    assert v.busy_steps([1, 2, 2, 4, 4], 0) == v.busy_steps([1, 2, 2, 4, 4], 1) == 2
+
+
 def test_reads_inside_step_closures_are_not_a_slowdown_but_outside_they_are():
     inside = [snapshot(i, transfers=i, reads=i, closure_transfers=i, closure_reads=i) for i in range(1, 13)]
     report = v.assess(observation(inside), "train.py")

@@ -88,6 +88,44 @@ def test_a_curve_off_in_level_or_trend_is_not(factor, why):
         assert curve.r2 < 0
 
 
+def test_a_weak_trend_in_noisy_runs_lowers_the_r2_it_needs_but_still_catches_a_slower_run():
+    # 12 values falling 7% with 1% noise in each run (dropout, say): the trend is about 11 noise units, so both
+    # runs' noise alone costs R² (correct runs: 0.46-0.86, the fixed 0.8 failed more than half)
+    weak = [0.35 - 0.025 * (1 - math.exp(-i / 6)) for i in range(12)]
+    slower = [weak[0] - (weak[0] - x) * 0.3 for x in weak]
+    original = noisy(weak, 0.01, 100)
+    same = [losses.compare_curve("loss", noisy(weak, 0.01, seed), original) for seed in range(1, 13)]
+    assert all(8 < c.trend_over_noise < 17 and c.least_r2("stochastic") < 0.8 for c in same)
+    assert sum(c.within("stochastic") for c in same) >= 10
+    assert sum(c.r2 >= 0.8 for c in same) <= 6
+    assert same[0].least_r2("bf16") == 0.9  # deterministic runs share their noise: no lowering
+    for seed in range(1, 13):
+        slow = losses.compare_curve("loss", noisy(slower, 0.01, seed), original)
+        assert slow.rel_l1 < 0.1 and slow.r2 < slow.least_r2("stochastic") and not slow.within("stochastic")
+    strong = losses.compare_curve("loss", noisy(CURVE, 0.01, 1), noisy(CURVE, 0.01, 2))
+    assert strong.trend_over_noise > 17 and strong.least_r2("stochastic") == 0.8
+
+
+def test_runs_from_other_initial_parameters_are_judged_by_their_level_alone():
+    # two unseeded runs: other weights, so the curves differ in shape beyond their step noise (a quick drop then
+    # flat against a slow steady one, the same level): R² is shown, not judged; a level off by 30% still fails
+    quick = [0.35, 0.336, 0.331, 0.336, 0.335, 0.327, 0.336, 0.329, 0.33, 0.329, 0.326, 0.327]
+    steady = [0.354, 0.348, 0.349, 0.341, 0.342, 0.336, 0.339, 0.347, 0.336, 0.331, 0.328, 0.332]
+    strict = losses.compare_curve("loss", quick, steady)
+    assert strict.r2 < strict.least_r2("stochastic") and not strict.within("stochastic")
+    level = losses.compare_curve("loss", quick, steady, level_only=True)
+    assert level.r2 == strict.r2 and level.within("stochastic") and level.to_json()["level_only"] is True
+    assert not losses.compare_curve("loss", [v * 1.3 for v in quick], steady, level_only=True).within("stochastic")
+    unseeded = "torch's generator is not seeded before parameters initialized (at m.py:3): each run draws other"
+    assert losses.different_start([unseeded]) and not losses.different_start(["random ops on the XLA device"])
+    plain = v.Process(0, losses_text(steady), "", 1.0, events=[
+        {"event": "random", "kind": "unseeded torch", "where": "/w/m.py:3", "before": "parameters initialized"}])
+    report = v.assess(random_run(quick), "t.py", original=plain, cwd="/w")
+    assert report.status == "clean" and report.losses["curves"][0]["level_only"], report.verdict
+    assert "not judged (other initial parameters)" in report.verdict
+    jsonschema.validate(json.loads(json.dumps(report.to_json(), allow_nan=False)), SCHEMA)
+
+
 def test_a_flat_original_curve_is_judged_by_its_level_alone():
     flat = [1.0] * 30
     curve = losses.compare_curve("loss", noisy(flat, 0.05, 1), noisy(flat, 0.05, 2))

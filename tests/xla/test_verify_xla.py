@@ -503,3 +503,33 @@ def test_a_single_process_run_is_not_judged_for_replicas():
     code, report, _ = verify("current", "clean_loop", "--against", str(FIXTURES / "original.py"))
     assert report["replicas"]["data_parallel"] is False and report["replicas"]["updates"] == 12
     assert report["replicas"]["unreduced"] == 12 and code == 0  # optimizer.step() on one device reduces nothing
+
+
+def test_idle_loader_markers_are_not_steps_and_the_real_programs_measure_agrees(tmp_path):
+    """Two graphs a step through a device loader whose end-of-epoch markers run nothing: per marker that read
+    under 1 (22 executions in 23 markers, no problem); per step that ran a graph it is 1.8. torch_xla's own
+    metrics file, read by the real-programs suite's measure, gives the same figures and verdict kinds."""
+    sys.path.insert(0, str(xp.ROOT / "benchmarks"))
+    import real_programs_measure as measure
+
+    metrics = tmp_path / "metrics.txt"
+    env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))}
+    env_vars["XLA_METRICS_FILE"] = str(metrics)
+    proc = subprocess.run([str(CLI), "verify", str(FIXTURES / "loader_epochs_read.py"), "--python",
+                           str(python_for(CURRENT)), "--format", "json", "--timeout", "300"],
+                          capture_output=True, text=True, cwd=xp.ROOT, env=env_vars, timeout=700)
+    report = json.loads(proc.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert proc.returncode == 1 and kinds(report) == {"executions"}, report["verdict"]["line"]
+    executions = report["executions"]
+    assert executions["steps"] < report["steps"]["after_warmup"] and executions["per_step"] > 1.5
+    assert executions["after_warmup"] <= report["steps"]["after_warmup"]  # per marker: under one
+    assert f"forced at {line_of('loader_epochs_read', 'loss.item()')}" in report["verdict"]["line"]
+    # the evaluation pass after warm-up: its graphs' first compiles, no recompilation
+    assert report["compilations"]["first_compiles_after_warmup"] >= 1
+    assert report["compilations"]["recompilations_after_warmup"] == 0
+    own = measure.metrics_figures(measure.parse_metrics_file(metrics.read_text()))
+    assert (own["busy_steps"], own["executions_after_warmup"]) == (executions["steps"], executions["after_warmup"])
+    assert own["first_compiles_after_warmup"] >= 1 and own["recompiles_after_warmup"] == 0
+    problems = measure.own_problems({"exit_status": 0}, own, {"ok": None})
+    assert measure.agreement(problems, report) == (True, "")

@@ -40,10 +40,10 @@ from .run import (
 __all__ = [
     "AMP_MARKERS", "Analysis", "CannotRun", "DEFAULT_LOSS_REGEX", "EXIT_CANNOT_RUN", "EXIT_CLEAN", "EXIT_PROBLEM",
     "FP32_TOLERANCE", "HOW_TO_GET_TORCH_XLA", "Interpreter", "Interrupted", "LATE_COMPILES", "Observation",
-    "Problem", "Process", "READ_CAUSE", "Report", "SCHEMA", "SCHEMA_VERSION", "Trees", "WARMUP_MARKERS", "assess",
-    "cannot_run_report", "find_python", "finite_and_decreasing", "is_amp", "likely_cause", "loader_source",
-    "observe", "parse_debug", "parse_losses", "parse_series", "read_records", "render_text", "run_plain",
-    "stop_on_signals", "verify", "warmup_markers",
+    "Problem", "Process", "READ_CAUSE", "Report", "SCHEMA", "SCHEMA_VERSION", "SITE_WARMUP", "Trees",
+    "WARMUP_MARKERS", "assess", "busy_steps", "cannot_run_report", "find_python", "finite_and_decreasing", "is_amp",
+    "likely_cause", "loader_source", "observe", "parse_debug", "parse_losses", "parse_series", "read_records",
+    "render_text", "run_plain", "stop_on_signals", "verify", "warmup_markers",
 ]
 
 WARMUP_MARKERS = 5  # step markers allowed to compile (first step, optimizer state appearing...)
@@ -62,6 +62,13 @@ def _zero() -> dict:
 def warmup_markers(markers: int) -> int:
     """Step markers counted as warm-up: 5, or half of a shorter run (so it still has steps to judge)."""
     return min(WARMUP_MARKERS, markers // 2)
+
+
+def busy_steps(executions: list[int], warm: int) -> int:
+    """The step markers after warm-up that launched a graph (``executions``: the running count at each marker).
+    A marker with nothing to run (a device loader's extra marker at the end of an epoch, a sync after a sync)
+    is not a step: counted, it would halve "two graphs per step" in a short run of short epochs."""
+    return sum(1 for i in range(max(warm, 1), len(executions)) if executions[i] > executions[i - 1])
 
 
 def _relative(where: str, cwd: str) -> str:
@@ -113,8 +120,10 @@ def assess(observation: Observation, script: str, args=(), *, python: str | None
 
     # Graph executions per step, after warm-up.
     executions_late = at_end["executions"] - at_warm["executions"]
+    busy = busy_steps([m["executions"] for m in markers], warm) if window else 0
     report.executions = {"total": last["executions"], "after_warmup": executions_late,
-                         "per_step": round(executions_late / window, 3) if window else None}
+                         "per_step": round(executions_late / busy, 3) if busy else (0.0 if window else None),
+                         "steps": busy}
 
     # Host reads: torch_xla's counters, what step closures read, and the source lines.
     outside_late = ((at_end["transfers"] - at_end["closure_transfers"])
@@ -317,10 +326,11 @@ def _find_run_problems(report: Report, observation: Observation, window: int, re
             problems.append(Problem("recompilation", f"{recompiles} recompilations{what} in the {window} steps "
                                     f"after warm-up (allowed {allowed}{where}): the graph changes from step to "
                                     f"step (shapes, or Python values traced as constants)"))
-        if executions_late > window + max(1, window // 10):
+        busy = report.executions["steps"]
+        if busy and executions_late > busy + max(1, busy // 10):
             forced = report.host_reads["forced_executions"]
             where = f" (forced at {forced[0]['where']})" if forced else ""
-            problems.append(Problem("executions", f"{executions_late / window:.1f} graph executions per step "
+            problems.append(Problem("executions", f"{executions_late / busy:.1f} graph executions per step "
                                     f"after warm-up{where}: something reads a lazy tensor mid-step"))
         if outside_late > window / 2:
             outside = [s for s in report.host_reads["sites"] if not s["in_step_closure"]]

@@ -16,8 +16,10 @@ What draws the random numbers is seen in the runs (the loader's ``random`` event
 random ops), not guessed from the source. The smoothing is a centred moving average over ``2h+1`` values,
 ``h = max(1, n // 10)``. The trend is judged only where the original's smoothed curve moves more than 8 times
 what its own noise explains (its residual around the smoothing, over the window's square root); a flat curve is
-judged by its level alone. Loss lines are grouped by name (``loss``, ``val_loss``, ``Loss_D``) for the curves,
-so that interleaved series are compared each with its own.
+judged by its level alone. A stochastic curve whose trend is under 17 noise units needs less R² (``NOISE_R2``):
+each run's own noise then costs R² by itself. Runs whose parameters were initialized from other random
+numbers (:func:`different_start`) are judged by the level alone. Loss lines are grouped by name (``loss``, ``val_loss``,
+``Loss_D``) for the curves, so that interleaved series are compared each with its own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from dataclasses import dataclass
 FP32_TOLERANCE = 1e-3  # largest |loss delta| against the original, fp32
 CURVE_TOLERANCES = {"bf16": (0.9, 0.03), "stochastic": (0.8, 0.1)}  # mode -> (least R², most relative L1)
 TREND_OVER_NOISE = 8.0  # the original's smoothed curve must move this many noise units for R² to be judged
+# Two stochastic runs each carry their own noise: with the original's trend T noise units, noise alone costs
+# R² about 25/T² (simulated: median R² 0.67 at T 8-12 for correct runs). R² must reach min(0.8, 1 - 60/T²):
+# correct runs fail it at most 21% of the time at T 8-12 (fixed 0.8: 74%), 12% at T 12-16; runs that learn
+# at half the pace 97% and more. (A looser floor let a real skipped-step bug through at T 16: R² 0.46.)
+NOISE_R2 = 60.0
 MIN_CURVE_VALUES = 4  # shorter series are left out of a curve comparison
 DEFAULT_LOSS_REGEX = (r"(?i)(?P<name>\b[a-z_]*loss(?:_[a-z0-9]+)?)\b[^0-9a-z\n+-]*(?:tensor\()?\s*"
                       r"(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|nan|inf)")
@@ -112,18 +119,27 @@ class Curve:
     r2: float | None  # None: not judged (a flat original curve)
     rel_l1: float
     trend_over_noise: float
+    level_only: bool = False  # the runs started from other parameters: R² shown, not judged
+
+    def least_r2(self, mode: str) -> float:
+        """The R² this curve must reach: the mode's, lowered for a stochastic curve whose trend is only a few
+        times its noise (both runs' noise then costs R² by itself)."""
+        least = CURVE_TOLERANCES[mode][0]
+        if mode == "stochastic":
+            least = min(least, 1 - NOISE_R2 / max(self.trend_over_noise, 1e-12) ** 2)
+        return least
 
     def within(self, mode: str) -> bool:
-        least_r2, most_l1 = CURVE_TOLERANCES[mode]
-        return self.rel_l1 <= most_l1 and (self.r2 is None or self.r2 >= least_r2)
+        most_l1 = CURVE_TOLERANCES[mode][1]
+        return self.rel_l1 <= most_l1 and (self.r2 is None or self.level_only or self.r2 >= self.least_r2(mode))
 
     def to_json(self) -> dict:
         return {"name": self.name, "compared": self.compared, "window": self.window,
                 "r2": None if self.r2 is None else round(self.r2, 4), "rel_l1": round(self.rel_l1, 4),
-                "trend_over_noise": round(self.trend_over_noise, 2)}
+                "trend_over_noise": round(self.trend_over_noise, 2), "level_only": self.level_only}
 
 
-def compare_curve(name: str, values: list[float], reference: list[float]) -> Curve:
+def compare_curve(name: str, values: list[float], reference: list[float], *, level_only: bool = False) -> Curve:
     n = min(len(values), len(reference))
     values, reference = values[:n], reference[:n]
     half = max(1, n // 10)
@@ -138,14 +154,16 @@ def compare_curve(name: str, values: list[float], reference: list[float]) -> Cur
     r2 = None
     if total > 0 and trend >= TREND_OVER_NOISE:
         r2 = 1 - sum((a - b) ** 2 for a, b in zip(mine, theirs)) / total
-    return Curve(name, n, 2 * half + 1, r2, rel_l1, trend)
+    return Curve(name, n, 2 * half + 1, r2, rel_l1, trend, level_only)
 
 
 def tolerance_text(mode: str) -> str:
     if mode == "fp32":
         return f"every value within {FP32_TOLERANCE:g}"
     least_r2, most_l1 = CURVE_TOLERANCES[mode]
-    return f"smoothed curves: R² >= {least_r2:g} (where the original trends) and relative L1 <= {most_l1:g}"
+    lowered = ", less for a trend within 17 noise units" if mode == "stochastic" else ""
+    return (f"smoothed curves: R² >= {least_r2:g} (where the original trends{lowered}) and relative L1 <= "
+            f"{most_l1:g}")
 
 
 # Randomness ------------------------------------------------------------------------------------------------------
@@ -160,6 +178,16 @@ def _relative(where: str, cwd: str) -> str:
     except ValueError:
         return where
     return f"{rel if not rel.startswith('..') else path}:{line}"
+
+
+UNSEEDED_INIT = "torch's generator is not seeded before parameters initialized"
+
+
+def different_start(random: list[str]) -> bool:
+    """Whether the two runs initialized their parameters from other random numbers: two different models, whose
+    curves differ in shape by more than their step-to-step noise (unseeded sr_resnet runs: R² -0.48 to 0.60
+    between correct runs at 8-12 noise units), so only the level is judged."""
+    return any(source.startswith(UNSEEDED_INIT) for source in random)
 
 
 def random_sources(random_ops: dict, events: list[dict], cwd: str) -> list[str]:
@@ -271,12 +299,12 @@ def compare_losses(stdout: str, original, *, required: bool, amp: bool, random: 
                                     f"{FP32_TOLERANCE:g}; first at value {step}: {values[step]:.6g} vs "
                                     f"{reference[step]:.6g})")
         return outcome
-    _compare_curves(outcome, stdout, original.stdout, loss_regex, mode, cut)
+    _compare_curves(outcome, stdout, original.stdout, loss_regex, mode, cut, different_start(random))
     return outcome
 
 
 def _compare_curves(outcome: LossOutcome, stdout: str, reference_stdout: str, loss_regex: str, mode: str,
-                    cut: bool) -> None:
+                    cut: bool, level_only: bool = False) -> None:
     losses = outcome.losses
     mine, theirs = parse_series(stdout, loss_regex), parse_series(reference_stdout, loss_regex)
     curves, short = [], []
@@ -291,7 +319,7 @@ def _compare_curves(outcome: LossOutcome, stdout: str, reference_stdout: str, lo
             continue
         if not all(math.isfinite(v) for v in mine[name] + theirs[name]):
             continue  # reported as not finite already (or the original's own problem)
-        curves.append(compare_curve(name, mine[name], theirs[name]))
+        curves.append(compare_curve(name, mine[name], theirs[name], level_only=level_only))
     losses["curves"] = [curve.to_json() for curve in curves]
     if not curves:
         losses["note"] = (f"not compared: fewer than {MIN_CURVE_VALUES} values per series for a curve "
@@ -300,11 +328,11 @@ def _compare_curves(outcome: LossOutcome, stdout: str, reference_stdout: str, lo
     losses["compared"] = sum(curve.compared for curve in curves)
     failed = [curve for curve in curves if not curve.within(mode)]
     losses["ok"] = not failed
-    least_r2, most_l1 = CURVE_TOLERANCES[mode]
+    most_l1 = CURVE_TOLERANCES[mode][1]
     for curve in failed:
         parts = []
-        if curve.r2 is not None and curve.r2 < least_r2:
-            parts.append(f"R² {curve.r2:.3g} < {least_r2:g}: the trend differs")
+        if curve.r2 is not None and not curve.level_only and curve.r2 < curve.least_r2(mode):
+            parts.append(f"R² {curve.r2:.3g} < {curve.least_r2(mode):.2g}: the trend differs")
         if curve.rel_l1 > most_l1:
             parts.append(f"relative L1 {curve.rel_l1:.3g} > {most_l1:g}: the level differs")
         outcome.problems.append(f"the {curve.name} curve differs from the original's ({mode} comparison over "

@@ -172,6 +172,8 @@ def _curve_figures(curve: dict | None) -> str:
     if curve is None:
         return "no curve"
     r2 = "R² not judged (flat curve)" if curve["r2"] is None else f"R² {curve['r2']:.3g}"
+    if curve.get("level_only") and curve["r2"] is not None:
+        r2 += " not judged (other initial parameters)"
     return f"{r2}, relative L1 {curve['rel_l1']:.3g}"
 
 
@@ -199,7 +201,9 @@ def render_text(report: Report) -> list[str]:
         lines.append(f"    {cause['count']}x {cause['cause']}" + (f" at {cause['where']}" if cause["where"] else "")
                      + late)
     per_step = "-" if execs["per_step"] is None else f"{execs['per_step']:g}"
-    lines.append(f"  graph executions: {per_step} per step after warm-up ({execs['total']} in all)")
+    idle = report.steps["after_warmup"] - execs.get("steps", report.steps["after_warmup"])
+    over = f"over the {execs['steps']} markers that ran a graph ({idle} ran none), " if idle > 0 else ""
+    lines.append(f"  graph executions: {per_step} per step after warm-up ({over}{execs['total']} in all)")
     outside = "-" if reads["outside_per_step"] is None else f"{reads['outside_per_step']:g}"
     lines.append(f"  host reads: {outside} per step outside step closures after warm-up ({reads['transfers']} "
                  f"transfers, {reads['scalar_reads']} scalar reads in all; {reads['in_step_closures']} in step "
