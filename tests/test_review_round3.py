@@ -72,8 +72,6 @@ def test_pack_padded_sequence_for_the_loss_is_reported(migrated, target):
     assert not kept or reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "module-level imports of flash_attn / xformers / rotary_emb and the unguarded rotary kernel "
-                  "call are kept without a finding (ImportError on a TPU host)")
 @BOTH
 def test_cuda_kernel_library_imports_are_reported(migrated, target):
     run = migrated("29-cuda-kernel-imports-unreported", target)
