@@ -48,6 +48,17 @@ def test_cpu_numba_and_torch_data_are_not_kernels():
     assert found == []
 
 
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_packed_sequences(target):
+    """Issue 29: packing has no XLA kernel (backward, packed RNNs). Packing for the loss (`.data`) gets the
+    loss mask as its fix, a packed RNN the padded-batch RNN; pad_sequence (plain ops) is not reported."""
+    found, result = findings("XLA905/packed.in.py", "XLA905", target)
+    assert [line for line, _ in found] == [14, 16, 25, 26], found
+    assert found[2][1].startswith("pack_padded_sequence(...).data: packed sequences do not run on XLA")
+    assert [f.fix.startswith("mask the padded positions") for f in result.findings] == [False, False, True, True]
+    assert "reduction=\"none\"" in result.findings[2].fix and "lengths - 1" in result.findings[0].fix
+
+
 def test_apex():
     found, result = findings("XLA902/apex_amp.in.py", "XLA902")
     assert [line for line, _ in found] == [2, 3, 4, 8, 9, 10]

@@ -61,8 +61,6 @@ def test_device_count_named_gpu_stays_a_number(migrated, target):
     assert not devices, f"counts bound to the device: {devices}"
 
 
-@known_defect(29, "pack_padded_sequence(...).data used to drop padding before the loss is kept on XLA "
-                  "tensors (no XLA kernel: RuntimeError at the first step); no finding")
 @BOTH
 def test_pack_padded_sequence_for_the_loss_is_reported(migrated, target):
     run = migrated("29-pack-padded-sequence-for-loss-unreported", target)
