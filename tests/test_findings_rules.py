@@ -28,9 +28,35 @@ def test_custom_kernels(target):
     assert all("Pallas" in f.fix for f in result.findings)
 
 
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_cuda_kernel_libraries(target):
+    """Issue 29: flash_attn / xformers / rotary_emb imports fail on a TPU host and their kernels take CUDA
+    tensors only: each import and each call no CUDA test guards is reported with the PyTorch form; the
+    flash_attn call on the `device.type == "cuda"` branch and the liger import under `except ImportError`
+    are the program's own fallbacks."""
+    found, result = findings("XLA901/kernel_libraries.in.py", "XLA901", target)
+    assert [line for line, _ in found] == [4, 5, 6, 19, 24, 30], found
+    assert found[2][1].startswith("import rotary_emb: CUDA-only") and "ImportError" in found[2][1]
+    assert found[4][1].startswith("rotary_emb.apply_rotary(...): CUDA-only")
+    assert "scaled_dot_product_attention" in result.findings[0].fix
+    assert "torch_xla.experimental.custom_kernel.flash_attention" in result.findings[0].fix
+    assert "F.silu" in result.findings[3].fix and "x2 * sin" in result.findings[4].fix
+
+
 def test_cpu_numba_and_torch_data_are_not_kernels():
     found, _ = findings("XLA901/no_kernels.in.py", "XLA901")
     assert found == []
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_packed_sequences(target):
+    """Issue 29: packing has no XLA kernel (backward, packed RNNs). Packing for the loss (`.data`) gets the
+    loss mask as its fix, a packed RNN the padded-batch RNN; pad_sequence (plain ops) is not reported."""
+    found, result = findings("XLA905/packed.in.py", "XLA905", target)
+    assert [line for line, _ in found] == [14, 16, 25, 26], found
+    assert found[2][1].startswith("pack_padded_sequence(...).data: packed sequences do not run on XLA")
+    assert [f.fix.startswith("mask the padded positions") for f in result.findings] == [False, False, True, True]
+    assert "reduction=\"none\"" in result.findings[2].fix and "lengths - 1" in result.findings[0].fix
 
 
 def test_apex():

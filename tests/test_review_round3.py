@@ -33,14 +33,14 @@ def test_dropped_sync_batchnorm_is_replaced_or_reported(migrated, target):
     assert replaced or reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(36, "torch.manual_seed alone is kept: it does not seed the XLA generator, so the device draws "
-                  "(randint/randn_like/dropout) ignore the seed and every replica draws the same stream")
 @BOTH
 def test_manual_seed_also_seeds_the_xla_generator(migrated, target):
     run = migrated("36-manual-seed-leaves-xla-rng-unseeded", target)
     main, text = _function(run.code["train.py"], "main")
+    # xm.set_rng_state(seed) on both generations; torch_xla.manual_seed(seed) (which calls it) on 2.9.
     seeds_device = [n for n in ast.walk(main) if isinstance(n, ast.Call)
-                    and ast.unparse(n.func).endswith("set_rng_state") and "seed" in ast.unparse(n)]
+                    and ast.unparse(n.func) in ("xm.set_rng_state", "torch_xla.manual_seed")
+                    and "seed" in ast.unparse(n)]
     reported = run.notes_at("train.py", (11, 12))
     assert seeds_device or reported, f"main() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
 
@@ -61,8 +61,6 @@ def test_device_count_named_gpu_stays_a_number(migrated, target):
     assert not devices, f"counts bound to the device: {devices}"
 
 
-@known_defect(29, "pack_padded_sequence(...).data used to drop padding before the loss is kept on XLA "
-                  "tensors (no XLA kernel: RuntimeError at the first step); no finding")
 @BOTH
 def test_pack_padded_sequence_for_the_loss_is_reported(migrated, target):
     run = migrated("29-pack-padded-sequence-for-loss-unreported", target)
@@ -72,8 +70,6 @@ def test_pack_padded_sequence_for_the_loss_is_reported(migrated, target):
     assert not kept or reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "module-level imports of flash_attn / xformers / rotary_emb and the unguarded rotary kernel "
-                  "call are kept without a finding (ImportError on a TPU host)")
 @BOTH
 def test_cuda_kernel_library_imports_are_reported(migrated, target):
     run = migrated("29-cuda-kernel-imports-unreported", target)

@@ -143,6 +143,8 @@ _SEEDS = {
     "save": Spelling("{xm}.save"),
     "wait_device_ops": Spelling("{xm}.wait_device_ops()"),
     "set_rng_state": Spelling("{xm}.set_rng_state({0})"),
+    # Seeds the XLA device's generator, which torch.manual_seed leaves alone (XLA110).
+    "seed_device": Spelling("{xm}.set_rng_state({0})"),
     "add_step_closure": Spelling("{xm}.add_step_closure"),
     "device_loader": Spelling("{pl}.MpDeviceLoader({0}, {1})"),
     "device_hw": Spelling("{xm}.xla_device_hw({0})"),
@@ -188,6 +190,8 @@ _CURRENT = {
     **_SEEDS,
     "device": Spelling("{torch_xla}.device()", since=(2, 3)),
     "step_barrier": Spelling("{torch_xla}.sync()", since=(2, 4)),
+    # torch_xla.manual_seed calls xm.set_rng_state (checked on 2.6.1 and 2.9; earlier releases not checked).
+    "seed_device": Spelling("{torch_xla}.manual_seed({0})", since=(2, 6)),
     "world_size": Spelling("{xr}.world_size()", since=(2, 1)),
     "ordinal": Spelling("{xr}.global_ordinal()", since=(2, 1)),
     "local_ordinal": Spelling("{xr}.local_ordinal()", since=(2, 1)),
