@@ -46,10 +46,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -129,7 +131,16 @@ def prepare_copy(recipe: Recipe, source: Path, dest: Path) -> None:
                 shutil.copy2(src, dest / part)
     else:
         shutil.copytree(source, dest, ignore=ignore, symlinks=True)
-    for sub in recipe.substitutions:
+    substitute(dest, recipe.substitutions)
+    for rel, text in recipe.files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text, encoding="utf-8")
+    if recipe.data:
+        recipe.data(dest)
+
+
+def substitute(dest: Path, substitutions) -> None:
+    for sub in substitutions:
         path = dest / sub.path
         text = path.read_text(encoding="utf-8")
         found = text.count(sub.old)
@@ -137,11 +148,32 @@ def prepare_copy(recipe: Recipe, source: Path, dest: Path) -> None:
             raise RecipeError(f"substitution in {sub.path}: {sub.old!r} found {found} times, expected {sub.count} "
                               "(the repository changed?)")
         path.write_text(text.replace(sub.old, sub.new), encoding="utf-8")
-    for rel, text in recipe.files.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_text(text, encoding="utf-8")
-    if recipe.data:
-        recipe.data(dest)
+
+
+def original_copy(recipe: Recipe, orig: Path) -> Path:
+    """The copy the original runs from: the migrated one itself, or beside it a second copy with the recipe's
+    original-only substitutions (what CPU torch needs where the program hard-codes CUDA), never migrated."""
+    if not recipe.original_substitutions:
+        return orig
+    run = orig.with_name(orig.name + "-cpu")
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(orig, run, symlinks=True)
+    substitute(run, recipe.original_substitutions)
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def program_env(recipe: Recipe, work: Path) -> dict[str, str]:
+    """The recipe's variables for one program's runs: "{port}" filled in, and a HOME of its own, so the
+    output's persistent compilation cache (~/.cache/xla_compile) starts empty: compilations counted never
+    depend on what an earlier run, or another program, left there."""
+    port = str(free_port())
+    return {"HOME": str(work / "home"), **{k: v.replace("{port}", port) for k, v in recipe.env.items()}}
 
 
 class RecipeError(Exception):
@@ -236,6 +268,7 @@ class Context:
 
 
 def run_original(recipe: Recipe, ctx: Context, orig: Path) -> dict:
+    """``orig``: the copy the original runs from (original_copy)."""
     process = verify.run_plain(ctx.pythons["current"], entry_script(recipe, orig), [*recipe.args, *recipe.original_args],
                                cwd=str(orig / recipe.cwd), loss_regex=recipe.loss_regex,
                                timeout=recipe.timeout * ctx.timeout_scale, env=ctx.env(recipe, "current", orig))
@@ -276,7 +309,9 @@ def migrate(recipe: Recipe, ctx: Context, orig: Path, out: Path, target: str, fo
 
 
 def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: dict, target: str,
-                form: str | None) -> dict:
+                form: str | None, cpu: Path | None = None) -> dict:
+    """Migrates ``orig``; the original runs from ``cpu`` (original_copy; default ``orig``)."""
+    cpu = cpu or orig
     name = label(target, form)
     slug = name.replace(" ", "-").replace(".", "")
     out = work / f"out-{slug}"
@@ -297,8 +332,8 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
         return record
     metrics_file = work / f"metrics-{slug}.txt"
     metrics_file.unlink(missing_ok=True)
-    launcher = write_launcher(work / f"original-{slug}.py", entry_script(recipe, orig), orig / recipe.cwd,
-                              recipe.original_args, [orig / p for p in recipe.pythonpath],
+    launcher = write_launcher(work / f"original-{slug}.py", entry_script(recipe, cpu), cpu / recipe.cwd,
+                              recipe.original_args, [cpu / p for p in recipe.pythonpath],
                               [out / p for p in recipe.pythonpath])
     env = ctx.env(recipe, env_name, out)
     env["XLA_METRICS_FILE"] = str(metrics_file)
@@ -324,7 +359,7 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     record["problems"] = own_problems(record["run"], record["own"], record["losses"])
     record["status"] = status_of(record["problems"])
     record["agrees"], record["disagreement"] = agreement(record["problems"], report)
-    record["resume"] = run_resume(recipe, ctx, orig, out, env_name) if recipe.resume and record["status"] != "crash" \
+    record["resume"] = run_resume(recipe, ctx, cpu, out, env_name) if recipe.resume and record["status"] != "crash" \
         else {"status": "n/a"}
     return record
 
@@ -357,6 +392,7 @@ def run_program(recipe: Recipe, ctx: Context) -> dict:
     work.mkdir(parents=True)
     orig = work / "orig"
     start = time.perf_counter()
+    recipe = dataclasses.replace(recipe, env=program_env(recipe, work))
     record = {"name": recipe.name, "repo": recipe.repo, "entry": recipe.entry, "style": recipe.style,
               "args": list(recipe.args), "random": recipe.random, "amp": recipe.amp, "notes": recipe.notes}
     try:
@@ -368,11 +404,12 @@ def run_program(recipe: Recipe, ctx: Context) -> dict:
                 raise RecipeError(f"data_script: {last_error_line(made.stderr)}")
         if recipe.entry.endswith(".ipynb"):
             notebook_script(orig / recipe.entry)
+        cpu = original_copy(recipe, orig)
     except (RecipeError, OSError) as error:
         record["error"] = f"recipe: {error}"
         return record
-    record["original"] = run_original(recipe, ctx, orig)
-    record["variants"] = [run_variant(recipe, ctx, work, orig, record["original"], target, form)
+    record["original"] = run_original(recipe, ctx, cpu)
+    record["variants"] = [run_variant(recipe, ctx, work, orig, record["original"], target, form, cpu)
                           for target, form in variants(recipe, ctx.targets)]
     record["wall_s"] = round(time.perf_counter() - start, 1)
     if not ctx.keep:

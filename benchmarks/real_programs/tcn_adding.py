@@ -1,5 +1,10 @@
 """locuslab/TCN adding_problem/add_test.py: a temporal convolutional network on synthetic sequences made in the
-script; the whole dataset lives on the device and batches are sliced with Python offsets."""
+script; the whole dataset lives on the device and batches are sliced with Python offsets.
+
+Slow on XLA, kept so (issue 30): its weight_norm convolutions fall back to the CPU
+(aten::_weight_norm_interface and its backward), which cuts each step into several graphs, and each graph is
+compiled anew at every step, one batch offset after another. The tiny run is one epoch of 8 steps, two levels.
+"""
 
 from _recipe import Recipe, Substitution
 
@@ -10,10 +15,10 @@ RECIPE = Recipe(
     style="sequence model (TCN), data on the device",
     keep=("TCN",),
     cwd="TCN/adding_problem",  # it imports its package through sys.path.append("../../")
-    # 640 training sequences (not 50000) of length 50, batches of 32: 20 steps an epoch, 2 epochs
-    substitutions=(Substitution("TCN/adding_problem/add_test.py", "50000", "640"),
+    # 256 training sequences (not 50000) of length 50, batches of 32: 8 steps, 1 epoch
+    substitutions=(Substitution("TCN/adding_problem/add_test.py", "50000", "256"),
                    Substitution("TCN/adding_problem/add_test.py", "(1000,", "(64,")),
-    args=("--epochs", "2", "--seq_len", "50", "--levels", "3", "--nhid", "8", "--ksize", "3", "--log-interval", "2"),
+    args=("--epochs", "1", "--seq_len", "50", "--levels", "2", "--nhid", "8", "--ksize", "3", "--log-interval", "2"),
     original_args=("--cuda",),  # a store_false flag: the original's default is CUDA, with no CPU fallback
     timeout=300,
 )

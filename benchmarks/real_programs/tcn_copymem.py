@@ -1,5 +1,9 @@
 """locuslab/TCN copy_memory/copymem_test.py: the copy-memory task (synthetic, made in the script), RMSprop,
-gradient clipping, accuracy from a per-batch argmax; data on the device, sliced with Python offsets."""
+gradient clipping, accuracy from a per-batch argmax; data on the device, sliced with Python offsets.
+
+Slow on XLA, kept so (issue 30): as tcn_adding, weight_norm falls back to the CPU and every graph of the step
+is compiled anew at each batch offset. The tiny run is one epoch of 8 steps, two levels.
+"""
 
 from _recipe import Recipe, Substitution
 
@@ -10,9 +14,9 @@ RECIPE = Recipe(
     style="sequence model (TCN), data on the device",
     keep=("TCN",),
     cwd="TCN/copy_memory",
-    substitutions=(Substitution("TCN/copy_memory/copymem_test.py", "n_train = 10000", "n_train = 320"),
+    substitutions=(Substitution("TCN/copy_memory/copymem_test.py", "n_train = 10000", "n_train = 256"),
                    Substitution("TCN/copy_memory/copymem_test.py", "n_test = 1000", "n_test = 64")),
-    args=("--epochs", "2", "--blank_len", "20", "--levels", "3", "--nhid", "8", "--ksize", "3", "--log-interval", "2"),
+    args=("--epochs", "1", "--blank_len", "20", "--levels", "2", "--nhid", "8", "--ksize", "3", "--log-interval", "2"),
     original_args=("--cuda",),
     timeout=300,
 )
