@@ -169,9 +169,10 @@ def free_port() -> int:
 
 
 def program_env(recipe: Recipe, work: Path) -> dict[str, str]:
-    """The recipe's variables for one program's runs: "{port}" filled in, and a HOME of its own, so the
-    output's persistent compilation cache (~/.cache/xla_compile) starts empty: compilations counted never
-    depend on what an earlier run, or another program, left there."""
+    """The recipe's variables for one program's runs: "{port}" filled in, and a HOME of its own: the output's
+    persistent compilation cache (~/.cache/xla_compile) starts empty and stays with the program, so what a
+    run compiles never depends on what an earlier run or another program left there (PJRT's CPU client cannot
+    read that cache back today, "Deserializing serialized executable not supported", but a later one may)."""
     port = str(free_port())
     return {"HOME": str(work / "home"), **{k: v.replace("{port}", port) for k, v in recipe.env.items()}}
 

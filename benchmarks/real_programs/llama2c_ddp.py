@@ -5,6 +5,11 @@ The variables are torchrun's (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, TO
 original takes its DDP branch and verify's replica probe counts the output's run as data-parallel: every
 optimizer update must step gradients reduced once. The tiny run is fp32 (no autocast), so both targets run
 and the losses compare value by value.
+
+What world size 1 cannot show (seen by hand at 8cf4ba6, torchrun --nproc_per_node=2 on the outputs): the xm
+form (what auto chooses here) keeps no process group, so under torchrun each process has
+xr.world_size() == 1: both are master, both print and save, and the all-reduce reduces nothing across them;
+the ddp form's output trains as one (one printer, DDP's reduction on the xla group).
 """
 
 from _recipe import Recipe, Substitution
@@ -29,4 +34,5 @@ RECIPE = Recipe(
     data=data,
     loss_regex=r"(?m)^\d+ \| loss (\S+) \|",
     forms=(("2.9", "ddp"), ("sagemaker", "ddp")),
+    notes="under torchrun with 2 processes the xm form's output runs as 2 unreduced world-size-1 processes",
 )
