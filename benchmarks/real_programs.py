@@ -8,7 +8,8 @@
 For each recipe of ``benchmarks/real_programs/`` (one file per program) the suite copies the repository from the
 cache (``--cache``, default ``~/.cache/xla-migrate/repos/<owner>+<name>``; never part of this repository), makes
 the recipe's tiny-run changes (flags, a tiny config, environment variables, identifier substitutions) and fake
-data in the shape the program reads, then:
+data in the shape the program reads (a recipe's original-only substitutions, what CPU torch needs where the
+program hard-codes CUDA, go into a second copy the original runs from and the migration never sees), then:
 
 1. runs the original on plain CPU torch (the ``current`` environment's torch 2.9.0, CUDA hidden) and reads its
    loss curve with the recipe's regex;
@@ -32,6 +33,11 @@ Stdout gets one table (a row per program and target) and a summary per target; `
 figure (both loss curves, verify's report, the migration's counts), rewritten after every program (``complete``
 says whether every recipe ran, so a stopped run keeps what it measured); ``--compare OLD.json`` prints what got
 better and worse since that run. ``-j N`` runs N programs at a time (each program's runs stay sequential).
+
+Every program's runs get a HOME of their own under the work folder (the output's persistent compilation cache
+starts empty) and, for a recipe's ``{port}``, a free port (a process group's MASTER_PORT). A data-parallel
+recipe (llama2c_ddp) runs at world size 1 under torchrun's variables: the replica probe then judges every
+update, but what only a second process shows (replicas that never meet) stays out of sight.
 
 ``--setup`` installs what the programs import and the torch environments lack (torchvision matched to each
 torch, pillow, matplotlib, gymnasium...) with ``pip install --target`` into
