@@ -8,7 +8,8 @@
 For each recipe of ``benchmarks/real_programs/`` (one file per program) the suite copies the repository from the
 cache (``--cache``, default ``~/.cache/xla-migrate/repos/<owner>+<name>``; never part of this repository), makes
 the recipe's tiny-run changes (flags, a tiny config, environment variables, identifier substitutions) and fake
-data in the shape the program reads, then:
+data in the shape the program reads (a recipe's original-only substitutions, what CPU torch needs where the
+program hard-codes CUDA, go into a second copy the original runs from and the migration never sees), then:
 
 1. runs the original on plain CPU torch (the ``current`` environment's torch 2.9.0, CUDA hidden) and reads its
    loss curve with the recipe's regex;
@@ -33,6 +34,11 @@ figure (both loss curves, verify's report, the migration's counts), rewritten af
 says whether every recipe ran, so a stopped run keeps what it measured); ``--compare OLD.json`` prints what got
 better and worse since that run. ``-j N`` runs N programs at a time (each program's runs stay sequential).
 
+Every program's runs get a HOME of their own under the work folder (the output's persistent compilation cache
+starts empty) and, for a recipe's ``{port}``, a free port (a process group's MASTER_PORT). A data-parallel
+recipe (llama2c_ddp) runs at world size 1 under torchrun's variables: the replica probe then judges every
+update, but what only a second process shows (replicas that never meet) stays out of sight.
+
 ``--setup`` installs what the programs import and the torch environments lack (torchvision matched to each
 torch, pillow, matplotlib, gymnasium...) with ``pip install --target`` into
 ``~/.cache/xla-migrate/real-programs/`` (``--extras``), never into the shared environments; runs put it on
@@ -46,10 +52,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -129,7 +137,16 @@ def prepare_copy(recipe: Recipe, source: Path, dest: Path) -> None:
                 shutil.copy2(src, dest / part)
     else:
         shutil.copytree(source, dest, ignore=ignore, symlinks=True)
-    for sub in recipe.substitutions:
+    substitute(dest, recipe.substitutions)
+    for rel, text in recipe.files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text, encoding="utf-8")
+    if recipe.data:
+        recipe.data(dest)
+
+
+def substitute(dest: Path, substitutions) -> None:
+    for sub in substitutions:
         path = dest / sub.path
         text = path.read_text(encoding="utf-8")
         found = text.count(sub.old)
@@ -137,11 +154,33 @@ def prepare_copy(recipe: Recipe, source: Path, dest: Path) -> None:
             raise RecipeError(f"substitution in {sub.path}: {sub.old!r} found {found} times, expected {sub.count} "
                               "(the repository changed?)")
         path.write_text(text.replace(sub.old, sub.new), encoding="utf-8")
-    for rel, text in recipe.files.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_text(text, encoding="utf-8")
-    if recipe.data:
-        recipe.data(dest)
+
+
+def original_copy(recipe: Recipe, orig: Path) -> Path:
+    """The copy the original runs from: the migrated one itself, or beside it a second copy with the recipe's
+    original-only substitutions (what CPU torch needs where the program hard-codes CUDA), never migrated."""
+    if not recipe.original_substitutions:
+        return orig
+    run = orig.with_name(orig.name + "-cpu")
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(orig, run, symlinks=True)
+    substitute(run, recipe.original_substitutions)
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def program_env(recipe: Recipe, work: Path) -> dict[str, str]:
+    """The recipe's variables for one program's runs: "{port}" filled in, and a HOME of its own: the output's
+    persistent compilation cache (~/.cache/xla_compile) starts empty and stays with the program, so what a
+    run compiles never depends on what an earlier run or another program left there (PJRT's CPU client cannot
+    read that cache back today, "Deserializing serialized executable not supported", but a later one may)."""
+    port = str(free_port())
+    return {"HOME": str(work / "home"), **{k: v.replace("{port}", port) for k, v in recipe.env.items()}}
 
 
 class RecipeError(Exception):
@@ -236,6 +275,7 @@ class Context:
 
 
 def run_original(recipe: Recipe, ctx: Context, orig: Path) -> dict:
+    """``orig``: the copy the original runs from (original_copy)."""
     process = verify.run_plain(ctx.pythons["current"], entry_script(recipe, orig), [*recipe.args, *recipe.original_args],
                                cwd=str(orig / recipe.cwd), loss_regex=recipe.loss_regex,
                                timeout=recipe.timeout * ctx.timeout_scale, env=ctx.env(recipe, "current", orig))
@@ -276,7 +316,9 @@ def migrate(recipe: Recipe, ctx: Context, orig: Path, out: Path, target: str, fo
 
 
 def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: dict, target: str,
-                form: str | None) -> dict:
+                form: str | None, cpu: Path | None = None) -> dict:
+    """Migrates ``orig``; the original runs from ``cpu`` (original_copy; default ``orig``)."""
+    cpu = cpu or orig
     name = label(target, form)
     slug = name.replace(" ", "-").replace(".", "")
     out = work / f"out-{slug}"
@@ -297,8 +339,8 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
         return record
     metrics_file = work / f"metrics-{slug}.txt"
     metrics_file.unlink(missing_ok=True)
-    launcher = write_launcher(work / f"original-{slug}.py", entry_script(recipe, orig), orig / recipe.cwd,
-                              recipe.original_args, [orig / p for p in recipe.pythonpath],
+    launcher = write_launcher(work / f"original-{slug}.py", entry_script(recipe, cpu), cpu / recipe.cwd,
+                              recipe.original_args, [cpu / p for p in recipe.pythonpath],
                               [out / p for p in recipe.pythonpath])
     env = ctx.env(recipe, env_name, out)
     env["XLA_METRICS_FILE"] = str(metrics_file)
@@ -325,7 +367,7 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     record["problems"] = own_problems(record["run"], record["own"], record["losses"])
     record["status"] = status_of(record["problems"])
     record["agrees"], record["disagreement"] = agreement(record["problems"], report)
-    record["resume"] = run_resume(recipe, ctx, orig, out, env_name) if recipe.resume and record["status"] != "crash" \
+    record["resume"] = run_resume(recipe, ctx, cpu, out, env_name) if recipe.resume and record["status"] != "crash" \
         else {"status": "n/a"}
     return record
 
@@ -359,6 +401,7 @@ def run_program(recipe: Recipe, ctx: Context) -> dict:
     work.mkdir(parents=True)
     orig = work / "orig"
     start = time.perf_counter()
+    recipe = dataclasses.replace(recipe, env=program_env(recipe, work))
     record = {"name": recipe.name, "repo": recipe.repo, "entry": recipe.entry, "style": recipe.style,
               "args": list(recipe.args), "random": recipe.random, "amp": recipe.amp, "notes": recipe.notes}
     try:
@@ -370,11 +413,12 @@ def run_program(recipe: Recipe, ctx: Context) -> dict:
                 raise RecipeError(f"data_script: {last_error_line(made.stderr)}")
         if recipe.entry.endswith(".ipynb"):
             notebook_script(orig / recipe.entry)
+        cpu = original_copy(recipe, orig)
     except (RecipeError, OSError) as error:
         record["error"] = f"recipe: {error}"
         return record
-    record["original"] = run_original(recipe, ctx, orig)
-    record["variants"] = [run_variant(recipe, ctx, work, orig, record["original"], target, form)
+    record["original"] = run_original(recipe, ctx, cpu)
+    record["variants"] = [run_variant(recipe, ctx, work, orig, record["original"], target, form, cpu)
                           for target, form in variants(recipe, ctx.targets)]
     record["wall_s"] = round(time.perf_counter() - start, 1)
     if not ctx.keep:

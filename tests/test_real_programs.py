@@ -234,7 +234,7 @@ def test_recipes_load_and_name_no_repository_kept_for_the_independent_evaluation
     for recipe in recipes:
         assert recipe.repo.lower() not in kept_out, recipe.name
         assert "/" in recipe.repo and recipe.entry and recipe.style
-        for sub in recipe.substitutions:  # identifiers and numbers, never a line of the program
+        for sub in (*recipe.substitutions, *recipe.original_substitutions):  # never a line of the program
             assert "\n" not in sub.old and len(sub.old) <= 40, (recipe.name, sub.old)
 
 
@@ -277,6 +277,37 @@ def test_copy_substitutions_must_match_and_launcher_runs_the_original_in_its_fol
     assert proc.returncode == 0, proc.stderr
     assert f"cwd {dest}" in proc.stdout and "argv ['--steps=2', '--device=cpu']" in proc.stdout
     assert "width 8" in proc.stdout and "lib original" in proc.stdout
+
+
+def test_original_only_substitutions_make_a_second_copy_that_is_never_migrated(tmp_path):
+    orig = tmp_path / "prog" / "orig"
+    orig.mkdir(parents=True)
+    (orig / "train.py").write_text('init(backend="nccl")\ndevice = "cuda:0"\n')
+    plain = Recipe(name="t", repo="o/r", entry="train.py", style="test")
+    assert rp.original_copy(plain, orig) == orig and not (tmp_path / "prog" / "orig-cpu").exists()
+    recipe = Recipe(name="t", repo="o/r", entry="train.py", style="test",
+                    original_substitutions=(Substitution("train.py", '"nccl"', '"gloo"'),
+                                            Substitution("train.py", '"cuda:0"', '"cpu"')))
+    cpu = rp.original_copy(recipe, orig)
+    assert cpu != orig and cpu.parent == orig.parent
+    assert (cpu / "train.py").read_text() == 'init(backend="gloo")\ndevice = "cpu"\n'
+    assert (orig / "train.py").read_text() == 'init(backend="nccl")\ndevice = "cuda:0"\n'  # what is migrated
+    stale = Recipe(name="t", repo="o/r", entry="train.py", style="test",
+                   original_substitutions=(Substitution("train.py", '"mpi"', '"gloo"'),))
+    with pytest.raises(rp.RecipeError, match="found 0 times"):
+        rp.original_copy(stale, orig)
+
+
+def test_each_program_gets_its_own_home_and_a_free_port(tmp_path):
+    recipe = Recipe(name="t", repo="o/r", entry="train.py", style="test",
+                    env={"MASTER_PORT": "{port}", "MASTER_ADDR": "127.0.0.1", "RANK": "0"})
+    env = rp.program_env(recipe, tmp_path)
+    assert env["HOME"] == str(tmp_path / "home")  # the output's persistent compilation cache starts empty
+    assert env["MASTER_ADDR"] == "127.0.0.1" and env["RANK"] == "0"
+    assert env["MASTER_PORT"].isdigit() and 0 < int(env["MASTER_PORT"]) < 65536
+    import socket
+    with socket.socket() as sock:  # free when handed out
+        sock.bind(("127.0.0.1", int(env["MASTER_PORT"])))
 
 
 def test_missing_files_of_the_mirror_are_copied(tmp_path):

@@ -41,9 +41,13 @@ class Recipe:
     style: str  # what kind of program (for the table)
     args: tuple[str, ...] = ()
     original_args: tuple[str, ...] = ()  # appended for the original only (a CPU device flag)
+    # "{port}" in a value becomes a free TCP port, chosen once per program (a process group's MASTER_PORT)
     env: dict[str, str] = field(default_factory=dict)
     keep: tuple[str, ...] = ()  # paths copied from the repository (default: all of it)
     substitutions: tuple[Substitution, ...] = ()
+    # made in a second copy that only the original runs from, never migrated: what CPU torch needs and the
+    # program hard-codes for CUDA (the gloo backend for nccl, a CPU device for "cuda:{rank}")
+    original_substitutions: tuple[Substitution, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # small files of our own (tiny configs), by path
     data: Callable[[Path], None] | None = None  # makes the fake data inside the copy
     data_script: str = ""  # Python run in the copy with the torch 2.9 interpreter, for data only torch writes
