@@ -170,6 +170,16 @@ def test_xla107_reports_a_model_moved_after_its_optimizer_was_unpickled_with_it(
     assert "optimizer.load_state_dict" in result.findings[0].fix
 
 
+def test_xla107_reports_a_move_of_a_model_received_with_its_optimizer():
+    # atcold_seq: the notebook builds the optimizer, then calls train_and_test(model, ..., optimizer).
+    source = ("import torch\n\n\ndef train_and_test(model, data, optimizer, epochs):\n"
+              "    device = torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')\n    model.to(device)\n"
+              "\n\ndef evaluate(model, data):\n    model.to('cuda')\n\n\n"
+              "def fit(model, data, lr):\n    model.cuda()\n    optimizer = torch.optim.SGD(model.parameters(), lr)\n")
+    result = migrate(source, select=["XLA107"])
+    assert [(f.line, "receives with its optimizer" in f.message) for f in result.findings] == [(6, True)]
+
+
 def test_xla107_only_reports_in_code_already_on_xla():
     # Code that already runs on torch_xla is never rewritten (the corpus bar: 0 such files changed): the
     # re-tie of a Hugging Face model and the move above an optimizer become findings with their fix.

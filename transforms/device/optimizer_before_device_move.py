@@ -9,7 +9,9 @@ What it does:
     can go before the optimizer (a one-line suite), it reports the move instead, with the optimizer's line.
     A model read out of a checkpoint together with its pickled optimizer (``model = checkpoint["model"]``,
     ``optimizer = checkpoint["optimizer"]``) and then moved is reported: no statement can go before the
-    unpickling. In code that already runs on torch_xla it only reports (the move and the re-tie below), as every rule does
+    unpickling. So is a move inside a function that receives the model with its optimizer (``def
+    train(model, optimizer): model.to(device)``): the caller built that optimizer first. In code that already
+    runs on torch_xla it only reports (the move and the re-tie below), as every rule does
     there.
 
 Why:
@@ -176,6 +178,7 @@ class OptimizerBeforeDeviceMove(Rule):
                 if made is not None:
                     self._retie(move.model, made, move.node)  # type: ignore[arg-type]
                 self._report_unpickled_optimizer(scope, move)
+                self._report_optimizer_argument(scope, move)
                 built = [o for o in self._optimizers.get(scope, []) if o.model == move.model and o.line < move.line]
                 if not built:
                     continue
@@ -224,6 +227,28 @@ class OptimizerBeforeDeviceMove(Rule):
             "the resumed run would not train",
             f"save and load state_dicts instead of whole objects, or build the optimizer again after the move "
             f"and load its state: `{name}.load_state_dict(...)`")
+
+    def _report_optimizer_argument(self, scope: object, move: _Site) -> None:
+        """``def train_and_test(model, ..., optimizer, ...): model.to(device)``: the model and its optimizer
+        come in as arguments, so the caller built the optimizer before this move (atcold_seq's notebook: on
+        XLA it stepped CPU parameters that never got a gradient). The caller's device may not exist yet, so
+        it is reported."""
+        function = getattr(scope, "node", None)
+        if not isinstance(function, cst.FunctionDef) or self._optimizers.get(scope):
+            return
+        names = [p.name.value for p in (*function.params.posonly_params, *function.params.params,
+                                        *function.params.kwonly_params)]
+        if move.model not in names:
+            return
+        optimizers = [name for name in names if _OPTIMIZER_NAME.search(name)]
+        if optimizers:
+            self.finding(
+                move.node,
+                f"`{short(move.node)}` moves a model that `{function.name.value}` receives with its optimizer "
+                f"`{optimizers[0]}`: the caller built the optimizer before this move, so on XLA it keeps the old "
+                "CPU parameters and the model does not train",
+                f"move the model to the device where it is made, before its optimizer is built (and keep this "
+                f"move as a no-op)")
 
     def _note_parameter_list(self, node: cst.Call) -> None:
         """``model.parameters()`` in the value of ``name = ...``: ``name`` holds ``model``'s parameters.
