@@ -22,8 +22,6 @@ RUNTIME_WORLD = {"2.9": ("xr.world_size()", "torch_xla.runtime.world_size()"),
 # Severity S (silent wrong training) ----------------------------------------------------------------------------
 
 
-@known_defect(28, "nn.SyncBatchNorm.convert_sync_batchnorm is removed as a change (XLA405): batch-norm "
-                  "statistics become per replica, no finding, no torch_xla SyncBatchNorm")
 @BOTH
 def test_dropped_sync_batchnorm_is_replaced_or_reported(migrated, target):
     run = migrated("28-syncbn-dropped-silently", target)

@@ -18,7 +18,8 @@ What it does:
       ``nullcontext`` from contextlib among its leading imports (and binds that name to nothing else), that
       name is used instead.
     - ``model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`` is removed, in both forms (used in place,
-      the call becomes its module): each replica normalises its own batch.
+      the call becomes its module): each replica normalises its own batch, and a finding says so (methods
+      that need the global batch's statistics use ``torch_xla.core.functions.SyncBatchNorm``).
 
     In the spmd form (``--data-parallel spmd``) the wrapper goes as in the xm form, without the broadcast:
     one program holds the one copy of the weights, so ``model = DDP(model, ...)`` is removed.
@@ -114,6 +115,12 @@ class DdpToXla(Rule):
         target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
         why = ("each replica normalises its own batch, as BatchNorm: torch's SyncBatchNorm only runs on CUDA/XPU "
                "devices once a process group exists")
+        if not self.ctx.spmd_form:  # under SPMD a BatchNorm's statistics are the global batch's already
+            self.finding(node, f"{short(node)} is removed: each BatchNorm now normalises its replica's batch with "
+                         "that batch's statistics, where the conversion gave the global batch's (a different loss "
+                         "for methods that rely on them: Barlow Twins, SimCLR, BYOL)",
+                         "where the method needs cross-replica statistics, use torch_xla.core.functions."
+                         "SyncBatchNorm for those BatchNorm layers (it all-reduces the batch moments)")
         if (target is not None and patterns.dotted_name(target) is not None
                 and patterns.dotted_name(target) == patterns.dotted_name(module[0].value)
                 and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
