@@ -8,6 +8,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from xla_migrate import migrate
 from xla_migrate.engine import pipeline as engine
 from xla_migrate.analysis.facts import is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
@@ -313,3 +314,16 @@ def test_the_torch_root_dispatch_changes_no_migration(monkeypatch):
         result = migrate(path.read_bytes())
         assert (result.code, result.changes, result.findings) == \
             (expected.code, expected.changes, expected.findings), path.name
+
+
+def test_a_function_of_the_script_named_torch_xla_is_no_sign_of_running_on_xla():
+    # A hypothesis-mutated helper renamed `torch_xla`: its call made the file "already on XLA", which hid the
+    # CUDA gate's branch from the editing rules on the first run only (torchtpu was not idempotent).
+    own = ("import torch as th\n\n\ndef torch_xla():\n    if th.cuda.is_available():\n"
+           "        return th.device('cuda')\n    return th.device('cpu')\n\n\nprint(torch_xla())\n")
+    imported = "import torch\nimport torch_xla\n\nprint(torch_xla.device())\n"
+    assert migrate(imported, target="2.9").code == imported
+    for target in ("2.9", "torchtpu"):
+        first = migrate(own, target=target).code
+        assert "'cuda'" not in first, first
+        assert migrate(first, target=target).code == first

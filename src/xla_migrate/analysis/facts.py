@@ -240,8 +240,18 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.uses_accelerate = True
         if names & set(DISTRIBUTED_CALLS) or environment_variable(node, self._qualnames) in TORCHRUN_VARIABLES:
             self.facts.distributed_signals.append(node)
-        if _runs_on_xla(node, names):
+        if _runs_on_xla(node, names) and not self._own_definition(node.func):
             self.facts.xla_signals.append(node)
+
+    def _own_definition(self, func: cst.BaseExpression) -> bool:
+        """``torch_xla()`` calls a function of the script's own named so, not torch_xla (its qualified name is
+        the bare name): the file does not run on XLA for that."""
+        if not isinstance(func, cst.Name):
+            return False
+        scope = self._scopes.get(func)
+        assignments = scope[func.value] if scope is not None else ()
+        return bool(assignments) and not any(
+            isinstance(getattr(a, "node", None), (cst.Import, cst.ImportFrom)) for a in assignments)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if environment_variable(node, self._qualnames) in TORCHRUN_VARIABLES:
