@@ -182,3 +182,14 @@ def test_leftovers_without_xla900_are_silent_on_torchtpu():
         "output line 5: 'cuda' (input lines [5])"], problems
     message = [f.message for f in migrate(code, target="torchtpu").findings if f.code == "XLA900"][0]
     assert "not migrated for torchtpu yet" in message
+
+
+def test_cuda_tests_of_code_already_on_xla_stay_with_their_branches():
+    # The engine leaves the branches of a CUDA test in code already on torch_xla alone; rewriting the test
+    # alone made the next run rewrite the branch (hypothesis: not idempotent).
+    source = ("import torch\nimport torch_xla.core.xla_model as xm\n\n\ndef build(device):\n"
+              "    if torch.cuda.is_available():\n        print(torch.cuda.max_memory_allocated())\n"
+              "    fused = device.type == 'cuda'\n    return fused\n\n\nbuild(xm.xla_device())\n")
+    first = migrate(source, target="torchtpu")
+    assert "if torch.cuda.is_available():" in first.code and "device.type == 'tpu'" in first.code
+    assert migrate(first.code, target="torchtpu").code == first.code

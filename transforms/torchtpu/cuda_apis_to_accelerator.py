@@ -100,7 +100,7 @@ class CudaApisToAccelerator(Rule):
             return
         names = self.ctx.qualnames(node.func)
         mapped = next((CALLS[n] for n in sorted(names) if n in CALLS), None)
-        if mapped is not None and self._left_to_others(node):
+        if mapped is not None and (self._left_to_others(node) or self._test_of_kept_gate(node)):
             return
         if mapped is not None:
             func = patterns.parsed_expression(self.ctx.spell("accelerator_api", mapped))
@@ -135,6 +135,21 @@ class CudaApisToAccelerator(Rule):
             current = self.ctx.parent(current)
         return False
 
+    def _test_of_kept_gate(self, node: cst.CSTNode) -> bool:
+        """In code already on torch_xla the branches of a CUDA test are left as they are (the engine hides them
+        from the rules that edit): its test stays too, or the next run would find the branch no longer gated and
+        rewrite it then (not idempotent)."""
+        if not self.ctx.facts.runs_on_xla:
+            return False
+        child, current = node, self.ctx.parent(node)
+        while current is not None and not isinstance(current, (cst.BaseSmallStatement, cst.SimpleStatementLine)):
+            if isinstance(current, (cst.If, cst.While, cst.IfExp)) and child is current.test:
+                return True
+            if isinstance(current, cst.BaseCompoundStatement):
+                return False
+            child, current = current, self.ctx.parent(current)
+        return False
+
     def _seed(self, node: cst.Call) -> None:
         args = patterns.positional(node) or [a for a in node.args if a.keyword and a.keyword.value == "seed"]
         statement = self._statement_of(node)
@@ -160,6 +175,8 @@ class CudaApisToAccelerator(Rule):
         if not (isinstance(literal, cst.SimpleString) and patterns.string_value(literal) == "cuda"):
             return
         if self._left_to_others(literal):  # `device_type = "cuda" if "cuda" in device else "cpu"`: XLA201's
+            return
+        if self._test_of_kept_gate(literal):
             return
         kind = self.ctx.spell("device_type")  # '"tpu"': the device's type under TorchTPU ("cpu" without it)
         quote = literal.value[-1]
