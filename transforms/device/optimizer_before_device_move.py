@@ -46,13 +46,12 @@ import libcst as cst
 
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis import ties
+from xla_migrate.analysis.steps import is_optimizer_name
 from xla_migrate.analysis.facts import NOT_OPTIMIZERS, OPTIMIZER_MODULES, is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
-# A name that holds an optimizer (as the step model reads names: optimizer, optim_g, opt).
-_OPTIMIZER_NAME = re.compile(r"optim|^opt", re.IGNORECASE)
 # A `.to(...)` argument that names a device, not a dtype (`.to(torch.float16)` keeps the parameters).
 _DEVICE_WORD = re.compile(r"device|dev\b|cuda|gpu|rank|xla", re.IGNORECASE)
 
@@ -216,7 +215,7 @@ class OptimizerBeforeDeviceMove(Rule):
         if loaded.get(move.model, move.line) >= move.line:
             return  # the model was not read out of a checkpoint before this move
         optimizers = sorted((line, name) for name, line in loaded.items()
-                            if _OPTIMIZER_NAME.search(name) and line < move.line)
+                            if is_optimizer_name(name) and line < move.line)
         if not optimizers:
             return
         line, name = optimizers[0]
@@ -240,7 +239,7 @@ class OptimizerBeforeDeviceMove(Rule):
                                         *function.params.kwonly_params)]
         if move.model not in names:
             return
-        optimizers = [name for name in names if _OPTIMIZER_NAME.search(name)]
+        optimizers = [name for name in names if is_optimizer_name(name)]
         if optimizers:
             self.finding(
                 move.node,

@@ -33,7 +33,7 @@ cannot take a statement), ``closure_safety`` (what a step closure must not chang
 The names the rules use are imported here.
 """
 
-from .collect import is_model_call, is_optimizer_step
+from .collect import is_model_call, is_optimizer_name, is_optimizer_step
 from .host_reads import DeviceReturn, DeviceSum, FiniteCheck, LoggedRead
 from .kinds import BarrierSite, Batches, Event, Function, Loop, Reduction, Region, StepLoop
 from .model import StepModel
@@ -45,5 +45,5 @@ from .reductions import step_optimizer
 __all__ = ["BarrierSite", "Batches", "DeviceReturn", "DeviceSum", "Event", "FiniteCheck", "Function", "LoggedRead",
            "Loop", "Reduction", "Region", "StepLoop", "StepModel", "appends_to_log", "captured_names",
            "describe_path", "in_logging_compound", "in_step_closure", "is_logging_call", "is_logging_read",
-           "is_model_call", "is_optimizer_step", "is_read_call", "logging_compound", "logging_statement", "may_read",
+           "is_model_call", "is_optimizer_name", "is_optimizer_step", "is_read_call", "logging_compound", "logging_statement", "may_read",
            "mentions", "reads", "step_optimizer"]

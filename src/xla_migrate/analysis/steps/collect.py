@@ -240,6 +240,11 @@ def is_model_call(node: cst.Call, ctx: MigrationContext) -> bool:
     return name in ctx.facts.ddp_models or is_model_name(name)
 
 
+def is_optimizer_name(name: str) -> bool:
+    """A name that says it holds an optimizer (``optimizer``, ``optim_g``, ``opt``)."""
+    return bool(_OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]))
+
+
 def is_model_name(name: str) -> bool:
     """A dotted name whose last part says it holds a model (``model``, ``self.net``, ``g_ema``'s generator)."""
     last = name.rsplit(".", 1)[-1]
