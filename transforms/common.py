@@ -59,3 +59,13 @@ def fresh_name(ctx: MigrationContext, node: cst.CSTNode, name: str) -> str:
     while any(name in scope for scope in ctx.visible_scopes(node)):
         name = "xla_" + name
     return name
+
+
+# cuDNN/TF32 switches (``torch.backends.cudnn.benchmark = True``): no effect off CUDA, removed by the device rules.
+BACKEND_FLAG_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
+
+
+def is_backend_flag(ctx: MigrationContext, target: cst.BaseExpression) -> bool:
+    """An assignment target that is one of torch's CUDA backend switches."""
+    return isinstance(target, cst.Attribute) and any(
+        n.startswith(BACKEND_FLAG_PREFIXES) for n in ctx.qualnames(target))

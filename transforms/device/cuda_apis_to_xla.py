@@ -55,6 +55,7 @@ import libcst as cst
 from xla_migrate.analysis.facts import MP_SPAWN
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
+from xla_migrate.transforms.common import is_backend_flag
 
 REMOVED_CALLS = {
     "torch.cuda.set_device": "the XLA runtime assigns each process its device",
@@ -75,7 +76,6 @@ CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.process_time
 # What a timing event's uses may be (anything else leaves the event as it is).
 _EVENT_METHODS = ("record", "elapsed_time", "synchronize", "wait", "query")
 DEVICE_NAME = ("torch.cuda.get_device_name",)
-FLAG_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
 LAUNCHERS = (*MP_SPAWN, "torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")
 
 class CudaApisToXla(Rule):
@@ -336,5 +336,4 @@ class CudaApisToXla(Rule):
             self._may_free_imports()
 
     def _flag(self, target: cst.BaseExpression) -> bool:
-        return isinstance(target, cst.Attribute) and any(
-            n.startswith(FLAG_PREFIXES) for n in self.ctx.qualnames(target))
+        return is_backend_flag(self.ctx, target)

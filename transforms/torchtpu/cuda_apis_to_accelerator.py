@@ -40,7 +40,7 @@ import libcst as cst
 from xla_migrate.analysis.facts import is_cuda_device_expr
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
-from xla_migrate.transforms.common import short
+from xla_migrate.transforms.common import is_backend_flag, short
 
 # torch.cuda.<name> -> torch.accelerator.<name> (all in torch 2.9 and later: tests/test_torchtpu.py checks).
 ACCELERATOR = {
@@ -65,7 +65,6 @@ CALLS = {f"torch.cuda.{name}": new for name, new in ACCELERATOR.items()} | {
 SEEDS = ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.random.manual_seed",
          "torch.cuda.random.manual_seed_all")
 SET_DEVICE = ("torch.cuda.set_device",)
-FLAG_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
 
 
 class CudaApisToAccelerator(Rule):
@@ -195,5 +194,4 @@ class CudaApisToAccelerator(Rule):
             self._may_free_imports()
 
     def _flag(self, target: cst.BaseExpression) -> bool:
-        return isinstance(target, cst.Attribute) and any(
-            n.startswith(FLAG_PREFIXES) for n in self.ctx.qualnames(target))
+        return is_backend_flag(self.ctx, target)
