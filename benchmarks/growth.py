@@ -95,7 +95,8 @@ def main() -> int:
                   f"tool/floor growth {tool_growth / floor_growth:.2f} against the bar {BAR:.2f}: "
                   f"{'linear' if linear else 'SUPERLINEAR'}", flush=True)
     failed = [shape for shape, linear in verdicts.items() if not linear]
-    print(f"growth bar ({BAR}x the floor's growth): " + (f"FAILED for {', '.join(failed)}" if failed else "met by every shape"))
+    verdict = f"FAILED for {', '.join(failed)}" if failed else "met by every shape"
+    print(f"growth bar ({BAR}x the floor's growth): {verdict}")
     return 1 if failed else 0
 
 
