@@ -666,14 +666,16 @@ class QualifiedNames:
                     return frozenset(q.name for q in assignment.get_qualified_names_for(full_name))
             return frozenset(q.name for assignment in assignments
                              for q in assignment.get_qualified_names_for(full_name))
-        _, size, kinds, own = self._kinds_of(assignments)
+        _, _, kinds, own = self._kinds_of(assignments)
         mine = own.get(id(node))
         if mine is not None and mine[0] is node:
             return frozenset(q.name for q in mine[1].get_qualified_names_for(full_name))
         key = (id(assignments), full_name)
         cached = self._by_name.get(key)
-        if cached is None or cached[0] != size:
-            cached = self._by_name[key] = (size, frozenset(
+        # The answer depends on the set's kinds only, and a set only grows: while the scopes are built, a new
+        # binding of a kind already there (the next ``import torch``) leaves it as it was.
+        if cached is None or cached[0] != len(kinds):
+            cached = self._by_name[key] = (len(kinds), frozenset(
                 q.name for assignment in kinds for q in assignment.get_qualified_names_for(full_name)))
         return cached[1]
 
