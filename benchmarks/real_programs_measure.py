@@ -7,6 +7,7 @@ tests/test_real_programs.py checks these.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -117,6 +118,34 @@ def metrics_figures(blocks: list[dict]) -> dict:
             "reads": last["reads"], "reads_per_step": per_step("reads"), "fallbacks": last["fallbacks"]}
 
 
+def read_placement(folder: Path) -> list[dict]:
+    """The suite's placement probe's records (benchmarks/real_programs_placement.py): one per process that
+    imported torch_xla and stepped an optimizer."""
+    records = []
+    for path in sorted(Path(folder).glob("*.json")) if Path(folder).is_dir() else []:
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def placement_figures(records: list[dict]) -> dict:
+    """Where the stepped optimizers' parameters lived (elements by device type, every process's optimizers at
+    their last step), and whether the trained model was on XLA: None when no optimizer stepped in a process
+    with torch_xla (nothing to tell), False when none of those parameters was on the XLA device (verify's
+    definition of work that never reached it)."""
+    parameters: dict[str, int] = {}
+    steps = 0
+    for record in records:
+        for optimizer in record.get("optimizers", []):
+            steps += optimizer.get("steps", 0)
+            for kind, count in (optimizer.get("devices") or {}).items():
+                parameters[kind] = parameters.get(kind, 0) + count
+    on_xla = ("xla" in parameters) if parameters else None
+    return {"optimizer_steps": steps, "parameters": parameters, "on_xla": on_xla}
+
+
 def compare_losses(values: list[float], reference: list[float], *, amp: bool, random: bool,
                    different_start: bool = False) -> dict:
     """The migrated run's losses against the original's (this suite's own run of it), with verify's definitions:
@@ -161,9 +190,12 @@ def own_problems(run: dict, figures: dict, losses: dict) -> list[str]:
     if run.get("timed_out") or run.get("exit_status") != 0:
         return ["crash"]
     kinds = []
-    if figures["executions"] == 0:
+    # verify's definition, measured here: no graph executed, or the stepped parameters never on the XLA device
+    # (an optimizer built before the model moved keeps stepping the CPU copies)
+    if figures["executions"] == 0 or (figures.get("placement") or {}).get("on_xla") is False:
         kinds.append("not-on-xla")
-    elif figures["markers"] == 0:
+        return kinds  # verify judges nothing else of a run that never reached the device
+    if figures["markers"] == 0:
         kinds.append("no-step-marker")
     window = figures.get("after_warmup") or 0
     if window:
@@ -336,6 +368,7 @@ def summarize(results: list[dict]) -> dict[str, dict]:
                 s["not_run"] += 1
                 continue
             s["run"] += 1
+            s["verify_agrees"] += bool(v.get("agrees"))  # a crash both see is an agreement too
             problems = v.get("problems") or []
             if "crash" in problems:
                 s["new_crashes"] += 1
@@ -345,7 +378,6 @@ def summarize(results: list[dict]) -> dict[str, dict]:
             s["one_graph_per_step"] += "executions" not in problems and "not-on-xla" not in problems
             s["no_late_compiles"] += "recompilation" not in problems
             s["no_fallbacks"] += "fallback" not in problems
-            s["verify_agrees"] += bool(v.get("agrees"))
             cell = replica_cell((v.get("verify") or {}).get("report"))
             s["data_parallel"] += cell not in ("-", "1 proc")
             s["unreduced"] += cell not in ("-", "1 proc", "ok")
@@ -360,7 +392,7 @@ def render_summary(summary: dict[str, dict]) -> list[str]:
                      f"{s['new_crashes']} crashes the original did not have; {s['losses_equal']} losses equal "
                      f"to the original, {s['one_graph_per_step']} at one graph execution per step, "
                      f"{s['no_late_compiles']} without compilations after warm-up, {s['no_fallbacks']} without "
-                     f"CPU fallbacks; verify agrees on {s['verify_agrees']}; data-parallel "
+                     f"CPU fallbacks; verify agrees on {s['verify_agrees']} of {s['run']} run; data-parallel "
                      f"{s.get('data_parallel', 0)}, of which with unreduced updates {s.get('unreduced', 0)}")
     return lines
 

@@ -246,7 +246,14 @@ def _placement(observation: Observation, last: dict, script: str, cwd: str) -> d
     if observation.processes:
         on_xla = last["executions"] > 0 and (not parameters or "xla" in parameters)
     placement = {"on_xla": on_xla, "parameters": parameters, "optimizers": optimizers, "likely_cause": None}
-    if on_xla is False or not observation.processes:
+    if on_xla is False and last["executions"] > 0:
+        # graphs ran on the device while the optimizer stepped CPU tensors: moving a model to XLA makes new
+        # parameters, and an optimizer built before the move keeps the old ones (they never get a gradient)
+        where = optimizers[0]["where"] if optimizers else "?"
+        placement["likely_cause"] = (f"the optimizer stepped at {where} was built before the model moved to the "
+                                     f"XLA device, and moving makes new parameters: build it after "
+                                     f"model.to(device), or move the model first")
+    elif on_xla is False or not observation.processes:
         placement["likely_cause"] = likely_cause(observation.events, script, cwd)
     return placement
 
