@@ -72,23 +72,11 @@ def graph_signatures(counts: list[dict]) -> list[frozenset]:
 
 
 def split_compiles(counts: list[dict], warm: int) -> tuple[int, int]:
-    """The compilations after warm-up: (first compiles of a graph, recompilations), verify's definition: a
-    distinct graph's first compiles are its warm-up, wherever it is first reached (an evaluation loop, another
-    model); a graph that compiles again after them is recompiling. Here a graph is the ops a step traced
-    (:func:`graph_signatures`), and its warm-up the first ``verify.SITE_WARMUP`` steps that traced them (its
-    first graph, and the next once the state it creates exists: the optimizer's state, a running sum)."""
-    seen: dict[frozenset, int] = {}
-    first = again = 0
-    previous = 0
-    for index, (count, signature) in enumerate(zip(counts, graph_signatures(counts))):
-        compiled, previous = count["compiles"] - previous, count["compiles"]
-        seen[signature] = seen.get(signature, 0) + 1
-        if index < warm or not compiled:
-            continue
-        if seen[signature] <= verify.SITE_WARMUP:
-            first += compiled
-        else:
-            again += compiled
+    """The compilations after warm-up: (first compiles of a graph, recompilations), by verify's one definition
+    (:func:`xla_migrate.verify.split_compiles`: a graph is what a step traced, each graph's first
+    ``verify.SITE_WARMUP`` steps are its warm-up) applied to this suite's own measurement: the compiles and the
+    traced ops that torch_xla's metrics file has at each step marker (:func:`graph_signatures`)."""
+    first, again, _ = verify.split_compiles([c["compiles"] for c in counts], graph_signatures(counts), warm)
     return first, again
 
 
