@@ -83,9 +83,10 @@ def test_a_graph_that_compiles_again_after_its_warmup_is_recompiling():
     figures = measure.metrics_figures(run_of(steps))
     assert (figures["first_compiles_after_warmup"], figures["recompiles_after_warmup"]) == (2, 7)
     assert measure.own_problems({"exit_status": 0}, figures, {"ok": True}) == ["recompilation"]
-    # a known graph that ran from the cache and compiles again later is recompiling too
+    # a known graph that ran from the cache and compiles again: two steps of new warm-up (new shapes once: a
+    # test set), and recompiling from the third compiling step in a row on
     late = measure.metrics_figures(run_of([("train", 1), ("train", 1)] + [("train", 0)] * 8 + [("train", 1)] * 4))
-    assert (late["first_compiles_after_warmup"], late["recompiles_after_warmup"]) == (0, 4)
+    assert (late["first_compiles_after_warmup"], late["recompiles_after_warmup"]) == (2, 2)
 
 
 def test_executions_per_step_skip_markers_that_ran_nothing_and_are_judged_on_whole_counts():

@@ -563,3 +563,32 @@ def test_an_optimizer_built_before_the_model_moved_is_not_on_xla_and_the_real_pr
     assert own["placement"] == {"optimizer_steps": 12, "parameters": {"cpu": 161}, "on_xla": False}
     problems = measure.own_problems({"exit_status": 0}, own, {"ok": None})
     assert problems == ["not-on-xla"] and measure.agreement(problems, report) == (True, "")
+
+
+@pytest.mark.parametrize("name,first,again", [("eval_loop", "all", 0), ("changing_batch", 0, 7)])
+def test_verify_and_the_real_programs_measure_split_compilations_by_one_definition(tmp_path, name, first, again):
+    """A graph is what a step traced; its first two steps are its warm-up (verify.split_compiles). verify's
+    loader records the ops per marker, the suite reads them from torch_xla's metrics file of the same run: the
+    validation and test graphs first reached after warm-up are first compiles on both sides, a batch size that
+    changes every step is 7 recompilations on both."""
+    sys.path.insert(0, str(xp.ROOT / "benchmarks"))
+    import real_programs_measure as measure
+
+    metrics = tmp_path / "metrics.txt"
+    env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))}
+    env_vars["XLA_METRICS_FILE"] = str(metrics)
+    proc = subprocess.run([str(CLI), "verify", str(FIXTURES / f"{name}.py"), "--python", str(python_for(CURRENT)),
+                           "--format", "json", "--timeout", "300"],
+                          capture_output=True, text=True, cwd=xp.ROOT, env=env_vars, timeout=700)
+    report = json.loads(proc.stdout)
+    jsonschema.validate(report, SCHEMA)
+    compilations = report["compilations"]
+    late = compilations["after_warmup"]
+    assert compilations["first_compiles_after_warmup"] == (late if first == "all" else first), compilations
+    assert compilations["recompilations_after_warmup"] == again, compilations
+    own = measure.metrics_figures(measure.parse_metrics_file(metrics.read_text()))
+    assert (own["markers"], own["compiles_after_warmup"]) == (report["steps"]["markers"], late)
+    assert (own["first_compiles_after_warmup"], own["recompiles_after_warmup"]) == \
+        (compilations["first_compiles_after_warmup"], again)
+    problems = measure.own_problems({"exit_status": 0}, own, {"ok": None})
+    assert measure.agreement(problems, report) == (True, "")

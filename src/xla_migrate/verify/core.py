@@ -49,7 +49,7 @@ __all__ = [
 WARMUP_MARKERS = 5  # step markers allowed to compile (first step, optimizer state appearing...)
 LATE_COMPILES = 3  # recompilations allowed after warm-up (a smaller last batch, the save)
 READ_CAUSE = "access tensor value"  # torch_xla's cause for an execution forced by reading a lazy tensor
-SITE_WARMUP = 2  # steps of each graph (the ops a step traced) that are its warm-up: its first, the next (state appears)
+SITE_WARMUP = 2  # a graph's steps in a row that may compile (its warm-up): its first, the next (state appears)
 AMP_MARKERS = re.compile(r"\b(autocast|GradScaler)\b")
 
 
@@ -183,20 +183,21 @@ def split_compiles(compiles: list[int], traced: list, warm: int) -> tuple[int, i
 
     A graph is what a step traced (its ops): a training step, an evaluation step, the step after a checkpoint
     save, another model's step trace other ops; a graph that changes from step to step (other shapes, a Python
-    value traced as a constant, a graph that keeps growing) traces the same ones. Each graph's compiles in its
-    first ``SITE_WARMUP`` steps are its warm-up, wherever it is first reached (its first graph, and the next
-    once the state it creates exists: the optimizer's state, a running sum); a graph that compiles in a later
-    step is recompiling. The real-programs suite applies this to torch_xla's metrics file."""
-    seen: dict[frozenset, int] = {}
+    value traced as a constant, a graph that keeps growing) traces the same ones. A graph recompiles when it
+    compiles in more than ``SITE_WARMUP`` of its steps in a row: the first two are its warm-up (its first graph,
+    and the next once the state it creates exists: the optimizer's state, a running sum), wherever it is first
+    reached, and again after it ran from the cache (the same evaluation on a test set of another batch size, the
+    step after a second save). The real-programs suite applies this to torch_xla's metrics file."""
+    in_a_row: dict[frozenset, int] = {}  # per graph: its latest steps that compiled, in a row
     first = again = previous = 0
     recompiling = []
     for index, (count, ops) in enumerate(zip(compiles, traced)):
         compiled, previous = count - previous, count
         key = frozenset(ops)
-        seen[key] = seen.get(key, 0) + 1
+        in_a_row[key] = in_a_row.get(key, 0) + 1 if compiled else 0
         if index < warm or not compiled:
             continue
-        if seen[key] <= SITE_WARMUP:
+        if in_a_row[key] <= SITE_WARMUP:
             first += compiled
         else:
             again += compiled
