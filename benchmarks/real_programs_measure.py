@@ -74,8 +74,8 @@ def graph_signatures(counts: list[dict]) -> list[frozenset]:
 def split_compiles(counts: list[dict], warm: int) -> tuple[int, int]:
     """The compilations after warm-up: (first compiles of a graph, recompilations), by verify's one definition
     (:func:`xla_migrate.verify.split_compiles`: a graph is what a step traced; it recompiles when it compiles in
-    more than ``verify.SITE_WARMUP`` of its steps in a row) applied to this suite's own measurement: the compiles and the
-    traced ops that torch_xla's metrics file has at each step marker (:func:`graph_signatures`)."""
+    more than ``verify.SITE_WARMUP`` of its steps in a row) applied to this suite's own measurement: the compiles
+    and the traced ops that torch_xla's metrics file has at each step marker (:func:`graph_signatures`)."""
     first, again, _ = verify.split_compiles([c["compiles"] for c in counts], graph_signatures(counts), warm)
     return first, again
 
