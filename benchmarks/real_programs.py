@@ -73,8 +73,8 @@ from xla_migrate import verify  # noqa: E402  (the product's loss parsing, warm-
 from xla_migrate.verify.run import last_error_line, run_child  # noqa: E402
 from _recipe import Recipe  # noqa: E402
 from real_programs_measure import (agreement, compare, compare_losses, metrics_figures, own_problems,  # noqa: E402
-                                   parse_metrics_file, render_notes, render_summary, render_table, status_of,
-                                   summarize)
+                                   parse_metrics_file, placement_figures, read_placement, render_notes,
+                                   render_summary, render_table, status_of, summarize)
 
 SCHEMA, SCHEMA_VERSION = "xla-migrate-real-programs", 1
 DEFAULT_CACHE = Path.home() / ".cache" / "xla-migrate" / "repos"
@@ -344,6 +344,10 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
                               [out / p for p in recipe.pythonpath])
     env = ctx.env(recipe, env_name, out)
     env["XLA_METRICS_FILE"] = str(metrics_file)
+    placement = work / f"placement-{slug}"  # the suite's own probe of where the optimizers' parameters lived
+    shutil.rmtree(placement, ignore_errors=True)
+    placement.mkdir()
+    env["REAL_PROGRAMS_PLACEMENT"] = str(placement)
     timeout = recipe.timeout * ctx.timeout_scale
     cmd = [*ctx.tool, "verify", str(entry_script(recipe, out)), "--against", str(launcher), "--python",
            ctx.pythons[env_name], "--format", "json", "--loss-regex", recipe.loss_regex, "--timeout", str(timeout),
@@ -360,6 +364,7 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     record["run"] = dict(report["run"]) if report else {"exit_status": None, "timed_out": None}
     blocks = parse_metrics_file(metrics_file.read_text(errors="replace")) if metrics_file.exists() else []
     record["own"] = metrics_figures(blocks)
+    record["own"]["placement"] = placement_figures(read_placement(placement))
     values = [float(v) for v in (report["losses"]["values"] if report else [])]
     record["losses"] = compare_losses(values, original["losses"], amp=recipe.amp, random=bool(recipe.random),
                                       different_start="weight init" in recipe.random)

@@ -7,6 +7,7 @@ tests/test_real_programs.py checks these.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -71,23 +72,11 @@ def graph_signatures(counts: list[dict]) -> list[frozenset]:
 
 
 def split_compiles(counts: list[dict], warm: int) -> tuple[int, int]:
-    """The compilations after warm-up: (first compiles of a graph, recompilations), verify's definition: a
-    distinct graph's first compiles are its warm-up, wherever it is first reached (an evaluation loop, another
-    model); a graph that compiles again after them is recompiling. Here a graph is the ops a step traced
-    (:func:`graph_signatures`), and its warm-up the first ``verify.SITE_WARMUP`` steps that traced them (its
-    first graph, and the next once the state it creates exists: the optimizer's state, a running sum)."""
-    seen: dict[frozenset, int] = {}
-    first = again = 0
-    previous = 0
-    for index, (count, signature) in enumerate(zip(counts, graph_signatures(counts))):
-        compiled, previous = count["compiles"] - previous, count["compiles"]
-        seen[signature] = seen.get(signature, 0) + 1
-        if index < warm or not compiled:
-            continue
-        if seen[signature] <= verify.SITE_WARMUP:
-            first += compiled
-        else:
-            again += compiled
+    """The compilations after warm-up: (first compiles of a graph, recompilations), by verify's one definition
+    (:func:`xla_migrate.verify.split_compiles`: a graph is what a step traced; it recompiles when it compiles in
+    more than ``verify.SITE_WARMUP`` of its steps in a row) applied to this suite's own measurement: the compiles
+    and the traced ops that torch_xla's metrics file has at each step marker (:func:`graph_signatures`)."""
+    first, again, _ = verify.split_compiles([c["compiles"] for c in counts], graph_signatures(counts), warm)
     return first, again
 
 
@@ -115,6 +104,34 @@ def metrics_figures(blocks: list[dict]) -> dict:
             "executions": last["executions"], "executions_after_warmup": executions_late, "busy_steps": busy,
             "executions_per_step": round(executions_late / busy, 3) if busy else (0.0 if window else None),
             "reads": last["reads"], "reads_per_step": per_step("reads"), "fallbacks": last["fallbacks"]}
+
+
+def read_placement(folder: Path) -> list[dict]:
+    """The suite's placement probe's records (benchmarks/real_programs_placement.py): one per process that
+    imported torch_xla and stepped an optimizer."""
+    records = []
+    for path in sorted(Path(folder).glob("*.json")) if Path(folder).is_dir() else []:
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def placement_figures(records: list[dict]) -> dict:
+    """Where the stepped optimizers' parameters lived (elements by device type, every process's optimizers at
+    their last step), and whether the trained model was on XLA: None when no optimizer stepped in a process
+    with torch_xla (nothing to tell), False when none of those parameters was on the XLA device (verify's
+    definition of work that never reached it)."""
+    parameters: dict[str, int] = {}
+    steps = 0
+    for record in records:
+        for optimizer in record.get("optimizers", []):
+            steps += optimizer.get("steps", 0)
+            for kind, count in (optimizer.get("devices") or {}).items():
+                parameters[kind] = parameters.get(kind, 0) + count
+    on_xla = ("xla" in parameters) if parameters else None
+    return {"optimizer_steps": steps, "parameters": parameters, "on_xla": on_xla}
 
 
 def compare_losses(values: list[float], reference: list[float], *, amp: bool, random: bool,
@@ -161,9 +178,12 @@ def own_problems(run: dict, figures: dict, losses: dict) -> list[str]:
     if run.get("timed_out") or run.get("exit_status") != 0:
         return ["crash"]
     kinds = []
-    if figures["executions"] == 0:
+    # verify's definition, measured here: no graph executed, or the stepped parameters never on the XLA device
+    # (an optimizer built before the model moved keeps stepping the CPU copies)
+    if figures["executions"] == 0 or (figures.get("placement") or {}).get("on_xla") is False:
         kinds.append("not-on-xla")
-    elif figures["markers"] == 0:
+        return kinds  # verify judges nothing else of a run that never reached the device
+    if figures["markers"] == 0:
         kinds.append("no-step-marker")
     window = figures.get("after_warmup") or 0
     if window:
@@ -336,6 +356,7 @@ def summarize(results: list[dict]) -> dict[str, dict]:
                 s["not_run"] += 1
                 continue
             s["run"] += 1
+            s["verify_agrees"] += bool(v.get("agrees"))  # a crash both see is an agreement too
             problems = v.get("problems") or []
             if "crash" in problems:
                 s["new_crashes"] += 1
@@ -345,7 +366,6 @@ def summarize(results: list[dict]) -> dict[str, dict]:
             s["one_graph_per_step"] += "executions" not in problems and "not-on-xla" not in problems
             s["no_late_compiles"] += "recompilation" not in problems
             s["no_fallbacks"] += "fallback" not in problems
-            s["verify_agrees"] += bool(v.get("agrees"))
             cell = replica_cell((v.get("verify") or {}).get("report"))
             s["data_parallel"] += cell not in ("-", "1 proc")
             s["unreduced"] += cell not in ("-", "1 proc", "ok")
@@ -360,7 +380,7 @@ def render_summary(summary: dict[str, dict]) -> list[str]:
                      f"{s['new_crashes']} crashes the original did not have; {s['losses_equal']} losses equal "
                      f"to the original, {s['one_graph_per_step']} at one graph execution per step, "
                      f"{s['no_late_compiles']} without compilations after warm-up, {s['no_fallbacks']} without "
-                     f"CPU fallbacks; verify agrees on {s['verify_agrees']}; data-parallel "
+                     f"CPU fallbacks; verify agrees on {s['verify_agrees']} of {s['run']} run; data-parallel "
                      f"{s.get('data_parallel', 0)}, of which with unreduced updates {s.get('unreduced', 0)}")
     return lines
 

@@ -85,8 +85,8 @@ def test_debug_blocks_of_both_kinds_interleaved_line_by_line_stay_apart():
 
 
 def snapshot(index, compiles=2, executions=None, transfers=0, reads=0, closure_transfers=0, closure_reads=0,
-             fallbacks=None, sites=(), offset=0, event="marker"):
-    return {"event": event, "index": index, "time": float(index), "compiles": compiles,
+             fallbacks=None, sites=(), offset=0, event="marker", traced=("addmm", "mse_loss_backward")):
+    return {"event": event, "index": index, "time": float(index), "compiles": compiles, "traced": list(traced),
             "executions": index if executions is None else executions, "transfers": transfers, "reads": reads,
             "closure_transfers": closure_transfers, "closure_reads": closure_reads, "fallbacks": fallbacks or {},
             "sites": [list(s) for s in sites], "debug_offset": offset, "device": "CPU"}
@@ -124,7 +124,7 @@ def test_a_graph_compiled_at_every_step_after_warmup_is_a_recompilation():
     assert [p.kind for p in report.problems] == ["recompilation"]
     assert report.compilations["after_warmup"] == 7 and report.compilations["graphs_after_warmup"] == 7
     assert report.compilations["causes"] == [
-        {"cause": "user mark_step", "where": "train.py:30", "count": 12, "after_warmup": 7}]
+        {"cause": "user mark_step", "where": "train.py:30", "count": 12, "after_warmup": 7, "recompilations": 7}]
     assert "7 recompilations of 7 different graphs in the 7 steps after warm-up" in report.problems[0].message
 
 

@@ -63,6 +63,10 @@ def test_graphs_on_the_device_but_parameters_on_the_cpu_is_not_on_xla():
     assert report.problems[0].message.startswith("the optimizer's parameters never on it (40 on CPU); likely "
                                                   "cause: a CUDA gate that is False here: torch.cuda.is_available() "
                                                   "at t.py:4 chose the CPU")
+    # no gate, no flag: graphs ran while the optimizer stepped CPU parameters, so it was built before the move
+    run.events = run.events[:1]
+    cause = v.assess(run, "/nonexistent.py", cwd="/").placement["likely_cause"]
+    assert cause.startswith("the optimizer stepped at t.py:9 was built before the model moved to the XLA device")
 
 
 @pytest.mark.parametrize("flags,cause", [
@@ -99,13 +103,22 @@ def compile_block(frames, offset, graph):
     return v.Analysis("compilation", "user torch_xla.sync", ["/lib/x.py:1", *frames], graph, offset)
 
 
+TRAIN, EVAL = ("addmm", "nll_loss_backward", "addcdiv"), ("addmm", "max", "eq")
+
+
 def test_an_evaluation_loop_reached_after_warmup_compiles_its_first_graphs_without_a_problem():
-    markers = [snapshot(i, compiles=2 if i < 9 else 6, offset=100 * i) for i in range(1, 21)]
+    # evaluate(val), then evaluate(test) with another batch size, after warm-up: the same ops, so one graph by
+    # what it traced; each set compiles in its first two steps (the running sum appears) and then runs cached
+    compiled_at = {9: 1, 10: 1, 12: 1, 13: 1}
+    markers, compiles = [], 2
+    for i in range(1, 21):
+        compiles += compiled_at.get(i, 0)
+        markers.append(snapshot(i, compiles=compiles, offset=100 * i, traced=EVAL if 9 <= i <= 14 else TRAIN))
     train = ["/w/train.py:40", "/w/train.py:60"]
     analyses = [compile_block(train, 50, "t1"), compile_block(train, 150, "t2")]
     for n, caller in enumerate(("/w/train.py:45", "/w/train.py:46")):  # evaluate(val), evaluate(test)
-        analyses += [compile_block(["/w/train.py:20", caller, "/w/train.py:60"], 850 + n * 20, f"e{n}a"),
-                     compile_block(["/w/train.py:20", caller, "/w/train.py:60"], 860 + n * 20, f"e{n}b")]
+        analyses += [compile_block(["/w/train.py:20", caller], 850 + n * 300, f"e{n}a"),
+                     compile_block(["/w/train.py:20", caller], 950 + n * 300, f"e{n}b")]
     report = v.assess(observation(markers, analyses=analyses), "train.py", cwd="/w")
     assert report.status == "clean", report.verdict
     assert report.compilations["after_warmup"] == 4
@@ -113,14 +126,42 @@ def test_an_evaluation_loop_reached_after_warmup_compiles_its_first_graphs_witho
     assert report.compilations["recompilations_after_warmup"] == 0
 
 
-def test_a_place_that_keeps_compiling_after_warmup_is_a_recompilation_even_with_new_places():
-    markers = [snapshot(i, compiles=i, offset=100 * i) for i in range(1, 13)]
-    analyses = [compile_block(["/w/train.py:40"], 100 * i - 50, f"h{i}") for i in range(1, 13)]
+def test_a_graph_that_keeps_compiling_after_warmup_is_a_recompilation_even_with_new_graphs():
+    # the training step compiles at every step (the same ops: a shape or a Python value changes); an evaluation
+    # step at the end compiles its first graph
+    markers = [snapshot(i, compiles=i, offset=100 * i, traced=EVAL if i == 12 else TRAIN) for i in range(1, 13)]
+    analyses = [compile_block(["/w/train.py:40"], 100 * i - 50, f"h{i}") for i in range(1, 12)]
     analyses.append(compile_block(["/w/train.py:70"], 1150, "eval"))
     report = v.assess(observation(markers, analyses=analyses), "train.py", cwd="/w")
     assert [p.kind for p in report.problems] == ["recompilation"]
-    assert report.compilations["recompilations_after_warmup"] == 7
+    assert report.compilations["recompilations_after_warmup"] == 6
     assert report.compilations["first_compiles_after_warmup"] == 1
+    assert report.compilations["graphs_after_warmup"] == 6
+    assert "at train.py:40" in report.problems[0].message
+    assert report.compilations["causes"][0] == {"cause": "user torch_xla.sync", "where": "train.py:40", "count": 11,
+                                                "after_warmup": 6, "recompilations": 6}
+
+
+def test_a_training_graph_that_settles_after_warmup_and_a_save_step_are_warmup_not_recompilation():
+    # llama2c under DDP: the initial evaluation takes the 5 warm-up markers; the training step then traces three
+    # graphs in its first three steps (no optimizer state, DDP's rebuilt buckets, steady) and the step after each
+    # checkpoint save a fourth, twice; the same line cuts them all. Per line, that read as 4 recompilations.
+    steps = ([(EVAL, 1)] + [(EVAL[:2], 0)] * 3 + [(TRAIN, 1), (TRAIN + ("zero_",), 3), (TRAIN + ("cat",), 1)]
+             + [(TRAIN + ("cat",), 0)] * 6 + [(TRAIN + ("save",), 2)] + [(TRAIN + ("cat",), 0)] * 6
+             + [(TRAIN + ("save",), 1)])
+    markers, compiles, analyses = [], 0, []
+    for i, (traced, compiled) in enumerate(steps, 1):
+        analyses += [compile_block(["/w/train.py:327"], 100 * i - 50 + k, f"g{i}{k}") for k in range(compiled)]
+        compiles += compiled
+        markers.append(snapshot(i, compiles=compiles, offset=100 * i, traced=traced))
+    report = v.assess(observation(markers, analyses=analyses), "train.py", cwd="/w")
+    assert report.status == "clean", report.verdict
+    assert report.compilations["after_warmup"] == 7 and report.compilations["first_compiles_after_warmup"] == 7
+    assert report.compilations["recompilations_after_warmup"] == 0
+    # a third save step compiling again is the graph changing: a recompilation
+    again = v.split_compiles([m["compiles"] for m in markers] + [compiles + 1], [m["traced"] for m in markers]
+                             + [TRAIN + ("save",)], 5)
+    assert again == (7, 1, [len(markers)])
 
 
 # An original that fails ----------------------------------------------------------------------------------------

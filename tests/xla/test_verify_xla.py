@@ -533,3 +533,62 @@ def test_idle_loader_markers_are_not_steps_and_the_real_programs_measure_agrees(
     assert own["first_compiles_after_warmup"] >= 1 and own["recompiles_after_warmup"] == 0
     problems = measure.own_problems({"exit_status": 0}, own, {"ok": None})
     assert measure.agreement(problems, report) == (True, "")
+
+
+def test_an_optimizer_built_before_the_model_moved_is_not_on_xla_and_the_real_programs_probe_agrees(tmp_path):
+    """atcold_seq's shape: graphs run on the device (forward and backward) while the optimizer steps the CPU
+    parameters it was built with. verify's loader and the real-programs suite's own probe (its sitecustomize,
+    which verify's loader runs after itself) each find the parameters on the CPU; both verdicts: not-on-xla."""
+    sys.path.insert(0, str(xp.ROOT / "benchmarks"))
+    import real_programs_measure as measure
+
+    metrics, placement = tmp_path / "metrics.txt", tmp_path / "placement"
+    placement.mkdir()
+    env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))}
+    env_vars.update(XLA_METRICS_FILE=str(metrics), REAL_PROGRAMS_PLACEMENT=str(placement),
+                    PYTHONPATH=str(xp.ROOT / "benchmarks" / "real_programs" / "_stubs"))
+    proc = subprocess.run([str(CLI), "verify", str(FIXTURES / "optimizer_before_move.py"), "--python",
+                           str(python_for(CURRENT)), "--format", "json", "--timeout", "300"],
+                          capture_output=True, text=True, cwd=xp.ROOT, env=env_vars, timeout=700)
+    report = json.loads(proc.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert (proc.returncode, report["verdict"]["status"]) == (1, "not-on-xla"), report["verdict"]["line"]
+    assert report["executions"]["total"] >= 12 and report["placement"]["parameters"] == {"cpu": 161}
+    assert report["placement"]["likely_cause"].startswith(
+        f"the optimizer stepped at {line_of('optimizer_before_move', 'optimizer.step()')} was built before the "
+        "model moved to the XLA device")
+    own = measure.metrics_figures(measure.parse_metrics_file(metrics.read_text()))
+    own["placement"] = measure.placement_figures(measure.read_placement(placement))
+    assert own["executions"] >= 12  # graphs did run: the metrics file alone cannot tell
+    assert own["placement"] == {"optimizer_steps": 12, "parameters": {"cpu": 161}, "on_xla": False}
+    problems = measure.own_problems({"exit_status": 0}, own, {"ok": None})
+    assert problems == ["not-on-xla"] and measure.agreement(problems, report) == (True, "")
+
+
+@pytest.mark.parametrize("name,first,again", [("eval_loop", "all", 0), ("changing_batch", 0, 7)])
+def test_verify_and_the_real_programs_measure_split_compilations_by_one_definition(tmp_path, name, first, again):
+    """A graph is what a step traced; its first two steps are its warm-up (verify.split_compiles). verify's
+    loader records the ops per marker, the suite reads them from torch_xla's metrics file of the same run: the
+    validation and test graphs first reached after warm-up are first compiles on both sides, a batch size that
+    changes every step is 7 recompilations on both."""
+    sys.path.insert(0, str(xp.ROOT / "benchmarks"))
+    import real_programs_measure as measure
+
+    metrics = tmp_path / "metrics.txt"
+    env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))}
+    env_vars["XLA_METRICS_FILE"] = str(metrics)
+    proc = subprocess.run([str(CLI), "verify", str(FIXTURES / f"{name}.py"), "--python", str(python_for(CURRENT)),
+                           "--format", "json", "--timeout", "300"],
+                          capture_output=True, text=True, cwd=xp.ROOT, env=env_vars, timeout=700)
+    report = json.loads(proc.stdout)
+    jsonschema.validate(report, SCHEMA)
+    compilations = report["compilations"]
+    late = compilations["after_warmup"]
+    assert compilations["first_compiles_after_warmup"] == (late if first == "all" else first), compilations
+    assert compilations["recompilations_after_warmup"] == again, compilations
+    own = measure.metrics_figures(measure.parse_metrics_file(metrics.read_text()))
+    assert (own["markers"], own["compiles_after_warmup"]) == (report["steps"]["markers"], late)
+    assert (own["first_compiles_after_warmup"], own["recompiles_after_warmup"]) == \
+        (compilations["first_compiles_after_warmup"], again)
+    problems = measure.own_problems({"exit_status": 0}, own, {"ok": None})
+    assert measure.agreement(problems, report) == (True, "")

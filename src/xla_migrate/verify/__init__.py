@@ -11,7 +11,7 @@ from .core import (
     HOW_TO_GET_TORCH_XLA, Interpreter, Interrupted, LATE_COMPILES, Observation, Problem, Process, READ_CAUSE,
     Report, SCHEMA, SCHEMA_VERSION, SITE_WARMUP, Trees, WARMUP_MARKERS, assess, busy_steps, cannot_run_report,
     find_python, finite_and_decreasing, is_amp, likely_cause, loader_source, observe, parse_debug, parse_losses,
-    parse_series, read_records, render_text, run_plain, stop_on_signals, verify, warmup_markers,
+    parse_series, read_records, render_text, run_plain, split_compiles, stop_on_signals, verify, warmup_markers,
 )
 
 __all__ = [  # core's, which tests/test_verify.py keeps equal
@@ -20,5 +20,5 @@ __all__ = [  # core's, which tests/test_verify.py keeps equal
     "Problem", "Process", "READ_CAUSE", "Report", "SCHEMA", "SCHEMA_VERSION", "SITE_WARMUP", "Trees",
     "WARMUP_MARKERS", "assess", "busy_steps", "cannot_run_report", "find_python", "finite_and_decreasing", "is_amp",
     "likely_cause", "loader_source", "observe", "parse_debug", "parse_losses", "parse_series", "read_records",
-    "render_text", "run_plain", "stop_on_signals", "verify", "warmup_markers",
+    "render_text", "run_plain", "split_compiles", "stop_on_signals", "verify", "warmup_markers",
 ]

@@ -58,7 +58,8 @@ RANDOM_OPS = frozenset({
 _lock = threading.RLock()
 _local = threading.local()  # .reading: inside a read wrapper; .in_closure: inside step closures
 _state = {"markers": 0, "closure_reads": 0, "closure_transfers": 0, "sites": {}, "patched": set(),
-          "skip_dirs": [_HERE], "device": None, "stopping": False}
+          "skip_dirs": [_HERE], "device": None, "stopping": False,
+          "ops": {}}
 
 
 def _write(event: dict) -> None:
@@ -84,10 +85,16 @@ def _counters() -> dict:
     # Graphs launched: each looks its executable up in the compilation cache, at once; ExecuteTime samples come
     # when an (asynchronous) execution ends, so at a step marker they may lag by one.
     launched = sum(int(met.counter_value(name) or 0) for name in ("CachedCompile", "UncachedCompile"))
-    random_ops = {}
+    random_ops, ops = {}, {}
     for name in met.counter_names():
-        if name.startswith("xla::") and name[5:] in RANDOM_OPS:
-            random_ops[name[5:]] = int(met.counter_value(name) or 0)
+        if name.startswith("xla::"):
+            ops[name[5:]] = int(met.counter_value(name) or 0)
+            if name[5:] in RANDOM_OPS:
+                random_ops[name[5:]] = ops[name[5:]]
+    # the ops traced since the previous snapshot: what graph this step built (verify's key of a graph, and the
+    # real-programs suite's, which reads the same counters from torch_xla's metrics file)
+    traced = sorted(op for op, n in ops.items() if n > _state["ops"].get(op, 0))
+    _state["ops"] = ops
     return {
         "compiles": _samples(met, "CompileTime"),
         "executions": max(launched, _samples(met, "ExecuteTime")),
@@ -95,6 +102,7 @@ def _counters() -> dict:
         "reads": fallbacks.pop("aten::_local_scalar_dense", 0),
         "fallbacks": fallbacks,
         "random_ops": random_ops,
+        "traced": traced,
     }
 
 

@@ -43,14 +43,13 @@ __all__ = [
     "Problem", "Process", "READ_CAUSE", "Report", "SCHEMA", "SCHEMA_VERSION", "SITE_WARMUP", "Trees",
     "WARMUP_MARKERS", "assess", "busy_steps", "cannot_run_report", "find_python", "finite_and_decreasing", "is_amp",
     "likely_cause", "loader_source", "observe", "parse_debug", "parse_losses", "parse_series", "read_records",
-    "render_text", "run_plain", "stop_on_signals", "verify", "warmup_markers",
+    "render_text", "run_plain", "split_compiles", "stop_on_signals", "verify", "warmup_markers",
 ]
 
 WARMUP_MARKERS = 5  # step markers allowed to compile (first step, optimizer state appearing...)
 LATE_COMPILES = 3  # recompilations allowed after warm-up (a smaller last batch, the save)
 READ_CAUSE = "access tensor value"  # torch_xla's cause for an execution forced by reading a lazy tensor
-SITE_FRAMES = 3  # user frames that name where a graph is cut: the same line reached from train or eval differs
-SITE_WARMUP = 2  # compiles of each such place that are its warm-up: its first graph, and the next (state appears)
+SITE_WARMUP = 2  # a graph's steps in a row that may compile (its warm-up): its first, the next (state appears)
 AMP_MARKERS = re.compile(r"\b(autocast|GradScaler)\b")
 
 
@@ -178,51 +177,66 @@ def assess(observation: Observation, script: str, args=(), *, python: str | None
     return report
 
 
-def _site(frames: list[str], skip_dirs: list[str], cause: str) -> tuple:
-    user = _user_frames(frames, skip_dirs)[:SITE_FRAMES]
-    return tuple(user) if user else ("?", cause)
+def split_compiles(compiles: list[int], traced: list, warm: int) -> tuple[int, int, list[int]]:
+    """The compilations after warm-up, split: (first compiles of a graph, recompilations, the step markers that
+    recompiled). ``compiles``: the running count at each step marker; ``traced``: the ops each step traced.
+
+    A graph is what a step traced (its ops): a training step, an evaluation step, the step after a checkpoint
+    save, another model's step trace other ops; a graph that changes from step to step (other shapes, a Python
+    value traced as a constant, a graph that keeps growing) traces the same ones. A graph recompiles when it
+    compiles in more than ``SITE_WARMUP`` of its steps in a row: the first two are its warm-up (its first graph,
+    and the next once the state it creates exists: the optimizer's state, a running sum), wherever it is first
+    reached, and again after it ran from the cache (the same evaluation on a test set of another batch size, the
+    step after a second save). The real-programs suite applies this to torch_xla's metrics file."""
+    in_a_row: dict[frozenset, int] = {}  # per graph: its latest steps that compiled, in a row
+    first = again = previous = 0
+    recompiling = []
+    for index, (count, ops) in enumerate(zip(compiles, traced)):
+        compiled, previous = count - previous, count
+        key = frozenset(ops)
+        in_a_row[key] = in_a_row.get(key, 0) + 1 if compiled else 0
+        if index < warm or not compiled:
+            continue
+        if in_a_row[key] <= SITE_WARMUP:
+            first += compiled
+        else:
+            again += compiled
+            recompiling.append(index)
+    return first, again, recompiling
 
 
 def _compilations(report: Report, observation: Observation, warm: int, at_warm: dict, at_end: dict, allowed: int,
                   cwd: str) -> int:
-    """The compilations, with torch_xla's causes; returns the recompilations after warm-up.
-
-    Each place that cuts a graph (its user frames) compiles its first graphs whenever it is first reached: an
-    evaluation loop after warm-up, a checkpoint. Its first two compiles are its warm-up (the first graph, and
-    the one after the state it creates: a running sum, the optimizer's state), like the run's first step
-    markers; a place that compiles more after warm-up is recompiling (the graph changes from step to step).
-    Without torch_xla's analyses (debug off) every compilation after warm-up counts."""
+    """The compilations, with torch_xla's causes; returns the recompilations after warm-up
+    (:func:`split_compiles`). The causes after warm-up that count are those of the compiles in the step markers
+    that recompiled, with their graphs. Without the ops per marker every compilation after warm-up counts."""
+    markers = observation.markers
     compiles_late = at_end["compiles"] - at_warm["compiles"]  # between the warm-up and the last marker
-    compilations = [a for a in observation.analyses if a.kind == "compilation"]
-    causes: dict[tuple[str, str | None], list[int]] = {}
+    if markers and all("traced" in m for m in markers):
+        first_late, recompiles, recompiling = split_compiles([m["compiles"] for m in markers],
+                                                             [m["traced"] for m in markers], warm)
+    else:
+        first_late, recompiles, recompiling = 0, compiles_late, list(range(warm, len(markers)))
+    spans = [(markers[i - 1]["debug_offset"] if i else 0, markers[i]["debug_offset"]) for i in recompiling]
+    causes: dict[tuple[str, str | None], list[int]] = {}  # cause: [compiles, after warm-up, recompilations]
     late_offset = at_warm["debug_offset"] if warm else 0
-    end_offset = at_end["debug_offset"]
-    late_graphs, reached = set(), {}
-    first_late = recompiles = 0
-    for block in compilations:
+    late_graphs = set()
+    for block in (a for a in observation.analyses if a.kind == "compilation"):
         where = _user_frame(block.frames, observation.skip_dirs)
-        key = (block.cause or "?", _relative(where, cwd) if where else None)
-        entry = causes.setdefault(key, [0, 0])
+        entry = causes.setdefault((block.cause or "?", _relative(where, cwd) if where else None), [0, 0, 0])
         entry[0] += 1
-        site = _site(block.frames, observation.skip_dirs, block.cause)
-        reached[site] = reached.get(site, 0) + 1
-        first = reached[site] <= SITE_WARMUP
-        if warm and late_offset <= block.offset < end_offset:
+        if warm and late_offset <= block.offset < at_end["debug_offset"]:
             entry[1] += 1
-            if first:
-                first_late += 1
-            else:
-                recompiles += 1
-                late_graphs.add(block.graph_hash)
-    if not compilations:
-        recompiles = compiles_late
+        if any(start <= block.offset < end for start, end in spans):
+            entry[2] += 1
+            late_graphs.add(block.graph_hash)
     report.compilations = {
         "total": (observation.last or _zero())["compiles"], "after_warmup": compiles_late,
         "first_compiles_after_warmup": first_late, "recompilations_after_warmup": recompiles,
         "allowed_after_warmup": allowed, "graphs_after_warmup": len(late_graphs),
-        "causes": sorted(({"cause": cause, "where": where, "count": n, "after_warmup": late}
-                          for (cause, where), (n, late) in causes.items()),
-                         key=lambda c: (-c["after_warmup"], -c["count"], c["where"] or "")),
+        "causes": sorted(({"cause": cause, "where": where, "count": n, "after_warmup": late, "recompilations": again}
+                          for (cause, where), (n, late, again) in causes.items()),
+                         key=lambda c: (-c["recompilations"], -c["after_warmup"], -c["count"], c["where"] or "")),
     }
     return recompiles
 
@@ -247,7 +261,8 @@ def _placement(observation: Observation, last: dict, script: str, cwd: str) -> d
         on_xla = last["executions"] > 0 and (not parameters or "xla" in parameters)
     placement = {"on_xla": on_xla, "parameters": parameters, "optimizers": optimizers, "likely_cause": None}
     if on_xla is False or not observation.processes:
-        placement["likely_cause"] = likely_cause(observation.events, script, cwd)
+        stepped_at = optimizers[0]["where"] if optimizers and last["executions"] > 0 else None
+        placement["likely_cause"] = likely_cause(observation.events, script, cwd, stepped_at)
     return placement
 
 
@@ -256,8 +271,10 @@ _FLAG_OFF = re.compile(r"(?i)^(no_?(cuda|gpu|xla|tpu|accel\w*)|(use_|force_)?cpu
 _CPU_LITERAL = re.compile(r"""["']cpu["']""")
 
 
-def likely_cause(events: list[dict], script: str, cwd: str) -> str:
-    """Why the work stayed on the CPU: a device flag, a CUDA gate that is False here, or a CPU default."""
+def likely_cause(events: list[dict], script: str, cwd: str, stepped_at: str | None = None) -> str:
+    """Why the work stayed on the CPU: a device flag, a CUDA gate that is False here, an optimizer built before
+    the model moved (``stepped_at``: where it stepped CPU parameters while graphs ran on the device), or a CPU
+    default."""
     for event in events:
         if event.get("event") != "device-flags":
             continue
@@ -274,6 +291,11 @@ def likely_cause(events: list[dict], script: str, cwd: str) -> str:
         gate = gates[0]
         return (f"a CUDA gate that is False here: {gate['call']} at {_relative(gate['where'], cwd)} chose the CPU; "
                 f"make the XLA device the branch taken without CUDA")
+    if stepped_at:
+        # moving a model to XLA makes new parameters: an optimizer built before keeps the old CPU ones, which
+        # never get a gradient, while the forward and backward pass run on the device
+        return (f"the optimizer stepped at {stepped_at} was built before the model moved to the XLA device, and "
+                f"moving makes new parameters: build it after model.to(device), or move the model first")
     try:
         lines = Path(script).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -319,7 +341,7 @@ def _find_run_problems(report: Report, observation: Observation, window: int, re
     if window:
         compilations = report.compilations
         if recompiles > allowed:
-            late = [c for c in compilations["causes"] if c["after_warmup"]]
+            late = [c for c in compilations["causes"] if c["recompilations"]]
             graphs = compilations["graphs_after_warmup"]
             what = f" of {plural(graphs, 'different graph')}" if graphs else ""
             where = f", {late[0]['cause']} at {late[0]['where']}" if late and late[0]["where"] else ""

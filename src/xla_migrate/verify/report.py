@@ -194,10 +194,11 @@ def render_text(report: Report) -> list[str]:
         lines.append(f"    ended its process group: {', '.join(run['stopped_processes'][:4])}")
     lines.append(f"  step markers: {steps['markers']} ({steps['warmup']} warm-up, {steps['after_warmup']} after)")
     lines.append(f"  compilations: {comp['total']} in all, {comp['after_warmup']} after warm-up: "
-                 f"{comp['first_compiles_after_warmup']} first compiles of a place (warm-up too), "
+                 f"{comp['first_compiles_after_warmup']} first compiles of a graph (warm-up too), "
                  f"{comp['recompilations_after_warmup']} recompilations (allowed {comp['allowed_after_warmup']})")
     for cause in comp["causes"][:6]:
         late = f", {cause['after_warmup']} after warm-up" if cause["after_warmup"] else ""
+        late += f" ({cause['recompilations']} recompiling)" if cause.get("recompilations") else ""
         lines.append(f"    {cause['count']}x {cause['cause']}" + (f" at {cause['where']}" if cause["where"] else "")
                      + late)
     per_step = "-" if execs["per_step"] is None else f"{execs['per_step']:g}"
