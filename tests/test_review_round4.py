@@ -1,0 +1,81 @@
+"""The defect classes of the expert review's fourth round (12 real programs migrated as trees: PyTorch-VAE,
+stylegan2-ada-pytorch, DeepLabV3Plus, pytorch-wgan, Deformable-DETR, qlora, pytorch-sentiment-analysis, vits,
+hifi-gan, guided-diffusion, alpaca-lora, practical-pytorch), one test per new class on the self-written fixtures in
+``fixtures/review/<issue>-<class>/`` (their READMEs say what is wrong today and what right looks like).
+
+Same contract as tests/test_review_classes.py (whose helpers this module reuses): each test asserts the RIGHT
+behaviour; a class the tool still gets wrong is marked ``known_defect(issue, what)``, a strict xfail that only an
+AssertionError satisfies. When one XPASSes, check the output against its README and delete the mark.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from test_review_classes import BOTH, _function, _show, known_defect, migrated  # noqa: F401 (fixture)
+
+BARRIERS = ("torch_xla.sync", "xm.mark_step")
+
+
+def _barriers(tree: ast.AST) -> list[int]:
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) in BARRIERS]
+
+
+# Severity C (a crash the original did not have) ---------------------------------------------------------------
+
+
+@known_defect(29, "`if torch.cuda.is_available(): n_gpus = torch.cuda.device_count()` is removed (XLA104) while "
+                  "`range(n_gpus)` stays: UnboundLocalError on XLA (qlora get_accelerate_model)")
+@BOTH
+def test_folded_gate_leaves_no_name_unbound(migrated, target):
+    run = migrated("29-folded-gate-leaves-name-unbound", target)
+    plan, text = _function(run.code["train.py"], "memory_plan")
+    bound = any(isinstance(s, ast.Assign) and any(ast.unparse(t) == "n_gpus" for t in s.targets) for s in plan.body)
+    reported = [n for n in run.notes_at("train.py", range(12, 18)) if "n_gpus" in n.message]
+    assert bound or reported, f"memory_plan() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
+
+
+# Severity G (extra graphs / host reads per step) --------------------------------------------------------------
+
+
+@known_defect(30, "loops in the methods of a model deriving from a project base class (imported) get XLA302 "
+                  "barriers as 'evaluation batches': one graph execution per block (PyTorch-VAE lvae/dfcvae)")
+@BOTH
+def test_no_barrier_inside_a_model_of_a_project_base_class(migrated, target):
+    run = migrated("30-barrier-in-model-of-project-base", target)
+    in_model = _barriers(ast.parse(run.code["model.py"]))
+    in_train = _barriers(ast.parse(run.code["train.py"]))
+    assert in_train, f"train.py lost its step barrier:\n{run.code['train.py']}"
+    assert not in_model, f"barriers in model.py at lines {in_model}; changes: {_show(run.changes['model.py'])}"
+
+
+@BOTH
+def test_a_model_deriving_from_nn_module_directly_gets_no_barrier(migrated, target, tmp_path):
+    # The control: the same model with `nn.Module` as its base is left alone today (the class is the base).
+    from test_review_classes import REVIEW
+    from xla_migrate import migrate as migrate_source
+    source = (REVIEW / "30-barrier-in-model-of-project-base" / "model.py").read_text()
+    source = source.replace("from base import BaseModel\n", "").replace("(BaseModel)", "(nn.Module)")
+    result = migrate_source(source.encode(), target=target, path="model.py")
+    assert result.error is None and not _barriers(ast.parse(result.code)), result.code
+
+
+@known_defect(30, "a loop that steps optimizers after `loss.accumulate_gradients(...)` of an object built by a "
+                  "factory (construct_class_by_name) gets no barrier and no finding: one graph per 10 steps "
+                  "(stylegan2-ada training_loop)")
+@BOTH
+def test_step_with_backward_out_of_sight_gets_a_barrier_or_a_finding(migrated, target):
+    run = migrated("30-backward-in-factory-built-loss-no-barrier", target)
+    loop, text = _function(run.code["train.py"], "training_loop")
+    body_barriers = [line for line in _barriers(loop)]
+    reported = [n for n in run.notes_at("train.py", range(22, 29)) if n.code != "XLA900"]
+    assert body_barriers or reported, f"training_loop() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
+
+
+@known_defect(30, "a collate class whose __call__ pads to the batch's longest item (vits TextAudioCollate, "
+                  "tacotron2 TextMelCollate) is not reported: a compilation per distinct length")
+@BOTH
+def test_collate_class_padding_to_the_batch_max_is_reported(migrated, target):
+    run = migrated("30-collate-class-pads-to-batch-max-unreported", target)
+    reported = [n for n in run.notes_at("train.py", (*range(16, 29), 35)) if n.code != "XLA900"]
+    assert reported, f"findings: {_show(run.findings['train.py'])}"
