@@ -106,3 +106,12 @@ def test_collate_class_padding_to_the_batch_max_is_reported(migrated, target):
     reported = [n for n in run.notes_at("train.py", (*range(16, 29), 35)) if n.code != "XLA900"]
     assert reported, f"findings: {_show(run.findings['train.py'])}"
 
+
+@known_defect(30, "a script that trains through transformers.Trainer(...).train() is taken for inference by XLA903: "
+                  "torch.compile kept with backend='openxla' and 'the script only runs models forward' (alpaca-lora)")
+def test_trainer_script_counts_as_training_for_torch_compile(migrated):
+    run = migrated("30-trainer-script-compile-kept-as-inference", "2.9")
+    code = run.code["finetune.py"]
+    forward_only = [n for n in run.changes["finetune.py"] if "only runs models forward" in n.message]
+    assert "torch.compile(" not in code and not forward_only, (
+        f"changes: {_show(run.changes['finetune.py'])}; findings: {_show(run.findings['finetune.py'])}")
