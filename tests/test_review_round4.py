@@ -1,6 +1,6 @@
-"""The defect classes of the expert review's fourth round (12 real programs migrated as trees: PyTorch-VAE,
+"""The defect classes of the expert review's fourth round (13 real programs migrated as trees: PyTorch-VAE,
 stylegan2-ada-pytorch, DeepLabV3Plus, pytorch-wgan, Deformable-DETR, qlora, pytorch-sentiment-analysis, vits,
-hifi-gan, guided-diffusion, alpaca-lora, practical-pytorch), one test per new class on the self-written fixtures in
+hifi-gan, guided-diffusion, alpaca-lora, practical-pytorch, open_clip), one test per new class on the self-written fixtures in
 ``fixtures/review/<issue>-<class>/`` (their READMEs say what is wrong today and what right looks like).
 
 Same contract as tests/test_review_classes.py (whose helpers this module reuses): each test asserts the RIGHT
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 
-from test_review_classes import BOTH, _function, _show, known_defect, migrated  # noqa: F401 (fixture)
+from test_review_classes import BOTH, REVIEW, _function, _show, known_defect, migrated  # noqa: F401 (fixture)
+from xla_migrate import migrate
 
 BARRIERS = ("torch_xla.sync", "xm.mark_step")
 
@@ -76,13 +77,11 @@ def test_no_barrier_inside_a_model_of_a_project_base_class(migrated, target):
 
 
 @BOTH
-def test_a_model_deriving_from_nn_module_directly_gets_no_barrier(migrated, target, tmp_path):
+def test_a_model_deriving_from_nn_module_directly_gets_no_barrier(target):
     # The control: the same model with `nn.Module` as its base is left alone today (the class is the base).
-    from test_review_classes import REVIEW
-    from xla_migrate import migrate as migrate_source
     source = (REVIEW / "30-barrier-in-model-of-project-base" / "model.py").read_text()
     source = source.replace("from base import BaseModel\n", "").replace("(BaseModel)", "(nn.Module)")
-    result = migrate_source(source.encode(), target=target, path="model.py")
+    result = migrate(source.encode(), target=target, path="model.py")
     assert result.error is None and not _barriers(ast.parse(result.code)), result.code
 
 
@@ -93,7 +92,7 @@ def test_a_model_deriving_from_nn_module_directly_gets_no_barrier(migrated, targ
 def test_step_with_backward_out_of_sight_gets_a_barrier_or_a_finding(migrated, target):
     run = migrated("30-backward-in-factory-built-loss-no-barrier", target)
     loop, text = _function(run.code["train.py"], "training_loop")
-    body_barriers = [line for line in _barriers(loop)]
+    body_barriers = _barriers(loop)
     reported = [n for n in run.notes_at("train.py", range(22, 29)) if n.code != "XLA900"]
     assert body_barriers or reported, f"training_loop() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
 
