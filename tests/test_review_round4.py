@@ -74,6 +74,17 @@ def test_lightning_fabric_strategy_is_rewritten_or_reported(migrated, target):
     assert rewritten or reported, f"findings: {_show(run.findings['pretrain.py'])}"
 
 
+@known_defect(29, "`device = f\"{device}:{local_rank}\"` (the CUDA one-GPU-per-process idiom) is kept once the default "
+                  "is 'xla': 'xla:<local_rank>' does not exist in a PJRT process (open_clip distributed.py)")
+@BOTH
+def test_no_xla_device_named_by_the_local_rank(migrated, target):
+    run = migrated("29-device-string-from-local-rank", target)
+    init, text = _function(run.code["train.py"], "init_device")
+    by_rank = [ast.unparse(n) for n in ast.walk(init) if isinstance(n, ast.JoinedStr) and "local_rank" in ast.unparse(n)]
+    reported = [n for n in run.notes_at("train.py", (13,)) if n.code != "XLA900"]
+    assert not by_rank or reported, f"init_device() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
+
+
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
