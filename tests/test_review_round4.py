@@ -1,0 +1,151 @@
+"""The defect classes of the expert review's fourth round (13 real programs migrated as trees: PyTorch-VAE,
+stylegan2-ada-pytorch, DeepLabV3Plus, pytorch-wgan, Deformable-DETR, qlora, pytorch-sentiment-analysis, vits,
+hifi-gan, guided-diffusion, alpaca-lora, practical-pytorch, open_clip), one test per new class on the self-written fixtures in
+``fixtures/review/<issue>-<class>/`` (their READMEs say what is wrong today and what right looks like).
+
+Same contract as tests/test_review_classes.py (whose helpers this module reuses): each test asserts the RIGHT
+behaviour; a class the tool still gets wrong is marked ``known_defect(issue, what)``, a strict xfail that only an
+AssertionError satisfies. When one XPASSes, check the output against its README and delete the mark.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from test_review_classes import BOTH, REVIEW, _function, _show, known_defect, migrated  # noqa: F401 (fixture)
+from xla_migrate import migrate
+
+BARRIERS = ("torch_xla.sync", "xm.mark_step")
+
+
+def _barriers(tree: ast.AST) -> list[int]:
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) in BARRIERS]
+
+
+# Severity C (a crash the original did not have) ---------------------------------------------------------------
+
+
+@known_defect(29, "`if torch.cuda.is_available(): n_gpus = torch.cuda.device_count()` is removed (XLA104) while "
+                  "`range(n_gpus)` stays: UnboundLocalError on XLA (qlora get_accelerate_model)")
+@BOTH
+def test_folded_gate_leaves_no_name_unbound(migrated, target):
+    run = migrated("29-folded-gate-leaves-name-unbound", target)
+    plan, text = _function(run.code["train.py"], "memory_plan")
+    bound = any(isinstance(s, ast.Assign) and any(ast.unparse(t) == "n_gpus" for t in s.targets) for s in plan.body)
+    reported = [n for n in run.notes_at("train.py", range(12, 18)) if "n_gpus" in n.message]
+    assert bound or reported, f"memory_plan() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
+
+
+@known_defect(29, "a Lightning `Trainer(gpus=..., strategy=DDPPlugin(...))` is kept without a finding "
+                  "(PyTorch-VAE run.py): MisconfigurationException on a TPU host; only tensor moves are rewritten")
+@BOTH
+def test_lightning_trainer_on_gpus_is_rewritten_or_reported(migrated, target):
+    run = migrated("29-lightning-trainer-gpus-unreported", target)
+    trainer = next(n for n in ast.walk(ast.parse(run.code["run.py"]))
+                   if isinstance(n, ast.Call) and ast.unparse(n.func) == "Trainer")
+    keywords = {k.arg: ast.unparse(k.value) for k in trainer.keywords}
+    rewritten = "gpus" not in keywords and keywords.get("accelerator") in ("'tpu'", "'xla'")
+    reported = [n for n in run.notes_at("run.py", (26,)) if n.code != "XLA900" or "gpus" in n.message]
+    assert rewritten or reported, f"Trainer({keywords}); findings: {_show(run.findings['run.py'])}"
+
+
+@known_defect(29, "`impl='cuda'` (a kernel selector validated by `assert impl in ['ref', 'cuda']`) becomes 'xla' / "
+                  "'xla:0' in the default and the dispatch test but not in the assert: AssertionError on every call "
+                  "(stylegan2-ada bias_act / upfirdn2d)")
+@BOTH
+def test_a_renamed_selector_still_passes_its_own_check(migrated, target):
+    run = migrated("29-impl-selector-renamed-past-its-check", target)
+    op, text = _function(run.code["ops.py"], "scaled_act")
+    default = ast.literal_eval(op.args.defaults[-1])
+    check = next(n for n in ast.walk(op) if isinstance(n, ast.Assert))
+    allowed = ast.literal_eval(check.test.comparators[0])
+    assert default in allowed, f"scaled_act() today:\n{text}"
+
+
+@known_defect(29, "a Lightning Fabric program keeps FSDPStrategy (torch FSDP, no XLA backend) without a finding while "
+                  "its Fabric-owned optimizer step becomes xm.optimizer_step (litgpt pretrain.py)")
+@BOTH
+def test_lightning_fabric_strategy_is_rewritten_or_reported(migrated, target):
+    run = migrated("29-lightning-fabric-strategy-unreported", target)
+    code = run.code["pretrain.py"]
+    torch_fsdp_kept = "FSDPStrategy(" in code.replace("XLAFSDPStrategy(", "")
+    rewritten = not torch_fsdp_kept and 'accelerator="tpu"' in code
+    reported = [n for n in run.notes_at("pretrain.py", (7, 8)) if n.code != "XLA900"]
+    assert rewritten or reported, f"findings: {_show(run.findings['pretrain.py'])}"
+
+
+@known_defect(29, "`device = f\"{device}:{local_rank}\"` (the CUDA one-GPU-per-process idiom) is kept once the default "
+                  "is 'xla': 'xla:<local_rank>' does not exist in a PJRT process (open_clip distributed.py)")
+@BOTH
+def test_no_xla_device_named_by_the_local_rank(migrated, target):
+    run = migrated("29-device-string-from-local-rank", target)
+    init, text = _function(run.code["train.py"], "init_device")
+    by_rank = [ast.unparse(n) for n in ast.walk(init) if isinstance(n, ast.JoinedStr) and "local_rank" in ast.unparse(n)]
+    reported = [n for n in run.notes_at("train.py", (13,)) if n.code != "XLA900"]
+    assert not by_rank or reported, f"init_device() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
+
+
+# Severity G (extra graphs / host reads per step) --------------------------------------------------------------
+
+
+@known_defect(30, "loops in the methods of a model deriving from a project base class (imported) get XLA302 "
+                  "barriers as 'evaluation batches': one graph execution per block (PyTorch-VAE lvae/dfcvae)")
+@BOTH
+def test_no_barrier_inside_a_model_of_a_project_base_class(migrated, target):
+    run = migrated("30-barrier-in-model-of-project-base", target)
+    in_model = _barriers(ast.parse(run.code["model.py"]))
+    in_train = _barriers(ast.parse(run.code["train.py"]))
+    assert in_train, f"train.py lost its step barrier:\n{run.code['train.py']}"
+    assert not in_model, f"barriers in model.py at lines {in_model}; changes: {_show(run.changes['model.py'])}"
+
+
+@BOTH
+def test_a_model_deriving_from_nn_module_directly_gets_no_barrier(target):
+    # The control: the same model with `nn.Module` as its base is left alone today (the class is the base).
+    source = (REVIEW / "30-barrier-in-model-of-project-base" / "model.py").read_text()
+    source = source.replace("from base import BaseModel\n", "").replace("(BaseModel)", "(nn.Module)")
+    result = migrate(source.encode(), target=target, path="model.py")
+    assert result.error is None and not _barriers(ast.parse(result.code)), result.code
+
+
+@known_defect(30, "a loop that steps optimizers after `loss.accumulate_gradients(...)` of an object built by a "
+                  "factory (construct_class_by_name) gets no barrier and no finding: one graph per 10 steps "
+                  "(stylegan2-ada training_loop)")
+@BOTH
+def test_step_with_backward_out_of_sight_gets_a_barrier_or_a_finding(migrated, target):
+    run = migrated("30-backward-in-factory-built-loss-no-barrier", target)
+    loop, text = _function(run.code["train.py"], "training_loop")
+    body_barriers = _barriers(loop)
+    reported = [n for n in run.notes_at("train.py", range(22, 29)) if n.code != "XLA900"]
+    assert body_barriers or reported, f"training_loop() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
+
+
+@known_defect(30, "a collate class whose __call__ pads to the batch's longest item (vits TextAudioCollate, "
+                  "tacotron2 TextMelCollate) is not reported: a compilation per distinct length")
+@BOTH
+def test_collate_class_padding_to_the_batch_max_is_reported(migrated, target):
+    run = migrated("30-collate-class-pads-to-batch-max-unreported", target)
+    reported = [n for n in run.notes_at("train.py", (*range(16, 29), 35)) if n.code != "XLA900"]
+    assert reported, f"findings: {_show(run.findings['train.py'])}"
+
+
+@known_defect(30, "a script that trains through transformers.Trainer(...).train() is taken for inference by XLA903: "
+                  "torch.compile kept with backend='openxla' and 'the script only runs models forward' (alpaca-lora)")
+def test_trainer_script_counts_as_training_for_torch_compile(migrated):
+    run = migrated("30-trainer-script-compile-kept-as-inference", "2.9")
+    code = run.code["finetune.py"]
+    forward_only = [n for n in run.changes["finetune.py"] if "only runs models forward" in n.message]
+    assert "torch.compile(" not in code and not forward_only, (
+        f"changes: {_show(run.changes['finetune.py'])}; findings: {_show(run.findings['finetune.py'])}")
+
+
+# Severity R (the report) --------------------------------------------------------------------------------------
+
+
+@known_defect(33, "XLA311 'a condition on a tensor's value' on `\"key\" in out` (a dict) and on `scale != 1.0` (a float "
+                  "from a helper returning literals): open_clip legacy_train.py:167, train.py:302")
+@BOTH
+def test_conditions_without_tensor_values_are_not_reported(migrated, target):
+    run = migrated("33-false-findings-3", target)
+    false = run.notes_at("train.py", (34, 39), "XLA311")
+    assert not false, f"false findings: {_show(false)}"
