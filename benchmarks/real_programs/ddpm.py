@@ -26,21 +26,27 @@ RECIPE = Recipe(
     repo="dome272/Diffusion-Models-pytorch",
     entry="ddpm.py",
     style="diffusion (DDPM, UNet, sampling loop)",
-    # 12 images of 16 pixels in batches of 4, 2 epochs: 6 steps, and 2 sampling loops of 19 denoising steps
+    # 12 images of 16 pixels in batches of 4, 2 epochs: 6 steps, and 2 sampling loops of 9 denoising steps
     substitutions=(launch("epochs", "500", "2"), launch("batch_size", "12", "4"), launch("image_size", "64", "16"),
                    # the Windows dataset path becomes "data" (the rest of the line a comment)
                    Substitution("ddpm.py", 'args.dataset_path = r"', 'args.dataset_path = "data"  # '),
-                   Substitution("ddpm.py", "Diffusion(img_size=args", "Diffusion(noise_steps=20, img_size=args"),
+                   Substitution("ddpm.py", "Diffusion(img_size=args", "Diffusion(noise_steps=10, img_size=args"),
                    Substitution("utils.py", "Resize(80)", "Resize(20)"),
-                   # the loss goes to tqdm's postfix (stderr) and a SummaryWriter: print it for the loss curve
-                   Substitution("ddpm.py", "pbar.set_postfix(MSE=loss.item())", 'print(f"MSE {loss.item()}")'),
                    *(Substitution("modules.py", f"SelfAttention({old})", f"SelfAttention({new})", 2)
-                     for old, new in ATTENTION)),
+                     for old, new in ATTENTION),
+                   # the widths 64..512 of both U-Nets become 16..128, smallest first (so no number is changed
+                   # twice); at full width the XLA run had not finished compiling its first step in 400 s
+                   *(Substitution("modules.py", pattern.format(old), pattern.format(new), count)
+                     for old, new, counts in (("64", "16", (8, 7)), ("128", "32", (8, 4)), ("256", "64", (10, 6)),
+                                              ("512", "128", (6, 4)))
+                     for pattern, count in zip(("({},", ", {})"), counts))),
+    # the loss goes to tqdm's postfix (stderr) and TensorBoard: the suite's writer prints its scalars
+    env={"REAL_PROGRAMS_SHOW_SCALARS": "1"},
     # the original on CPU torch: its device strings (the migration sees "cuda")
     original_substitutions=(Substitution("ddpm.py", 'args.device = "cuda"', 'args.device = "cpu"'),
                             Substitution("modules.py", 'device="cuda"', 'device="cpu"', 2)),
     data=data,
-    loss_regex=r"(?m)^MSE ([-+\d.e]+|nan|inf)$",
+    loss_regex=r"tensorboard MSE=([-+\d.e]+|nan|inf) step",
     random="unseeded: weight init, timesteps, noise and crops differ from run to run",
     timeout=400,
 )
