@@ -31,13 +31,13 @@ RECIPE = Recipe(
     # The original on CPU torch: one spawned process on the gloo group, on the CPU; SyncBatchNorm refuses CPU
     # tensors once a group exists, so it stays BatchNorm (the same numbers at world size 1).
     original_substitutions=(
-        Substitution("main.py", "args.ngpus_per_node = torch.cuda.device_count()", "args.ngpus_per_node = 1"),
+        Substitution("main.py", "= torch.cuda.device_count()", "= 1"),  # the processes spawned
         Substitution("main.py", "backend='nccl'", "backend='gloo'"),
         Substitution("main.py", "torch.cuda.set_device(gpu)", "pass"),
         Substitution("main.py", ".cuda(gpu)", ".to('cpu')"),
         Substitution("main.py", ".cuda(gpu, non_blocking=True)", ".to('cpu', non_blocking=True)", 2),
         Substitution("main.py", "device_ids=[gpu]", "device_ids=None"),
-        Substitution("main.py", "model = nn.SyncBatchNorm.convert_sync_batchnorm(model)", "model = model")),
+        Substitution("main.py", "nn.SyncBatchNorm.convert_sync_batchnorm", "(lambda module: module)")),
     data=data,
     loss_regex=r'"loss": ([-+\d.e]+|NaN|Infinity)',
     random="unseeded: crops, flips, blur and solarization (Python's random) differ from run to run",
