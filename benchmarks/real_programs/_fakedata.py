@@ -142,12 +142,12 @@ def text_file(path: Path, lines: int, seed: int = 0) -> None:
     path.write_text("\n".join(sentences(lines, seed)) + "\n", encoding="utf-8")
 
 
-def wav(path: Path, seconds: float, rate: int = 22050, seed: int = 0) -> None:
-    """A mono 16-bit wav of a few tones."""
+def wav(path: Path, seconds: float, rate: int = 22050, seed: int = 0, samples: int | None = None) -> None:
+    """A mono 16-bit wav of a few tones (``samples`` frames when given, else ``seconds`` long)."""
     rng = random.Random(seed)
     freqs = [rng.uniform(100, 1000) for _ in range(3)]
     frames = array.array("h", (int(8000 * sum(math.sin(2 * math.pi * f * t / rate) for f in freqs) / 3)
-                               for t in range(int(seconds * rate))))
+                               for t in range(samples or int(seconds * rate))))
     path.parent.mkdir(parents=True, exist_ok=True)
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
