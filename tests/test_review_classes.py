@@ -257,8 +257,6 @@ def test_mpi_rank_setup_is_reported(migrated, target):
     assert reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "xm.save reached through a helper called under `if rank == 0:` gets no XLA501 "
-                  "(torch_xla 1.x's xm.save waits for every process: rank 0 hangs)")
 @BOTH
 def test_xm_save_in_a_helper_under_a_rank_test_is_reported(migrated, target):
     run = migrated("29-helper-xm-save-under-rank-test", target)
@@ -324,8 +322,6 @@ def test_test_assertions_are_kept_or_reported(migrated, target):
     assert "assert model.to.call_args.args[0] ==" in run.code["test_train.py"]
 
 
-@known_defect(29, "torch.save of a CPU cache in Dataset.__getitem__ (DataLoader workers) becomes xm.save "
-                  "(master-only writes, runtime calls from workers)")
 @BOTH
 def test_torch_save_of_host_data_is_kept(migrated, target):
     code = migrated("29-xm-save-on-host-data", target).code["train.py"]
