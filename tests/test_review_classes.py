@@ -236,8 +236,6 @@ def test_packed_rnn_is_reported(migrated, target):
     assert not lengths_moved or run.notes_at("train.py", (37, 39))
 
 
-@known_defect(29, "from_pretrained(load_in_8bit=True, device_map=...) kept without a finding (bitsandbytes "
-                  "is CUDA only; device_map places off XLA) and LOCAL_RANK becomes an XLA ordinal in device_map")
 @BOTH
 def test_hf_quantized_loading_and_device_map_are_reported(migrated, target):
     run = migrated("29-hf-from-pretrained-cuda-placement", target)
@@ -248,8 +246,6 @@ def test_hf_quantized_loading_and_device_map_are_reported(migrated, target):
     assert mapped and not any("ordinal" in line for line in mapped), mapped
 
 
-@known_defect(29, "ranks from MPI.COMM_WORLD (mpiexec) are kept next to XLA's own launch/rendezvous; "
-                  "no finding tells the user to stop using mpiexec")
 @BOTH
 def test_mpi_rank_setup_is_reported(migrated, target):
     run = migrated("29-mpi-launcher-kept", target)
