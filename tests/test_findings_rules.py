@@ -113,3 +113,11 @@ def test_mpi_ranks(target):
 def test_no_mpi_no_finding():
     source = "import torch\n\n\ndef f(comm):\n    return comm.rank, torch.zeros(1)\n"
     assert migrate(source, select=["XLA907"]).findings == []
+
+
+def test_packed_sequence_lengths_kept_on_the_host():
+    """Issue 29: a loop that moves some batch fields and keeps the lengths on the host for the packing: a device
+    loader would move the lengths too; reported at the kept field (a tuple batch is not read that way)."""
+    found, _ = findings("XLA905/host_lengths.in.py", "XLA905")
+    assert [line for line, _ in found] == [6, 13], found
+    assert found[1][1].startswith('batch["lengths"] stays on the host here')

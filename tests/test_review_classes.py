@@ -225,8 +225,6 @@ def test_torch_fsdp_is_migrated_or_reported(migrated, target):
     assert migrated_to_xla or reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "MpDeviceLoader moves the lengths the loop keeps on the host (the packing itself is reported "
-                  "now: XLA905)")
 @BOTH
 def test_packed_rnn_is_reported(migrated, target):
     run = migrated("29-packed-rnn-unreported", target)
