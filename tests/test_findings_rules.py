@@ -87,3 +87,37 @@ def test_torch_compile():
     assert result.code == on_xla
     assert [(f.line, f.message) for f in result.findings] == [
         (3, "torch.compile with the default inductor backend does not produce XLA programs")]
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_hf_quantized_loading_and_device_map(target):
+    """Issue 29: bitsandbytes loading and accelerate's device_map never put the model on XLA; load_in_8bit=False
+    and device_map=None are not reported."""
+    found, result = findings("XLA906/quantized_and_placed.in.py", "XLA906", target)
+    assert [line for line, _ in found] == [7, 8, 9, 10, 10], found
+    assert found[1][1].startswith('device_map={"": local_rank}: accelerate places the weights')
+    assert found[3][1].startswith("load_in_8bit=quantize: quantized loading needs CUDA")
+    assert "torch.bfloat16" in result.findings[0].fix and "drop device_map" in result.findings[1].fix
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_mpi_ranks(target):
+    """Issue 29: the MPI import and each rank or world size read from a communicator (a name bound to
+    MPI.COMM_WORLD, or COMM_WORLD itself) are reported with the XLA launchers to use."""
+    found, result = findings("XLA907/mpi_ranks.in.py", "XLA907", target)
+    assert [line for line, _ in found] == [5, 10, 11, 13], found
+    assert found[1][1] == "comm.rank: the rank comes from MPI, not from the XLA launcher"
+    assert all("torchrun" in f.fix and "mpiexec" in f.fix for f in result.findings)
+
+
+def test_no_mpi_no_finding():
+    source = "import torch\n\n\ndef f(comm):\n    return comm.rank, torch.zeros(1)\n"
+    assert migrate(source, select=["XLA907"]).findings == []
+
+
+def test_packed_sequence_lengths_kept_on_the_host():
+    """Issue 29: a loop that moves some batch fields and keeps the lengths on the host for the packing: a device
+    loader would move the lengths too; reported at the kept field (a tuple batch is not read that way)."""
+    found, _ = findings("XLA905/host_lengths.in.py", "XLA905")
+    assert [line for line, _ in found] == [6, 13], found
+    assert found[1][1].startswith('batch["lengths"] stays on the host here')

@@ -132,6 +132,10 @@ def test_index_resolves_local_imports_and_finds_helpers_entries_setup_and_saves(
     utils = index.modules["utils.py"]
     assert utils.step_helpers == {"LossScaler.__call__": ("backward", "step")}
     assert utils.save_helpers == ("save_on_master",)
+    # A save helper as the importing module names it (XLA501 follows a rank test one call away).
+    assert index.save_helper("main.py", "save_on_master") == "utils.py"
+    assert index.save_helper("engine.py", "reduce_mean") is None
+    assert index.save_helper("main.py", "Regressor") is None
     assert any(what == "init_process_group" for _, what in utils.distributed)
     assert index.modules["model.py"].distributed == ()
     # The loss-scaler object main.py makes is what engine.py's parameter of the same name holds.

@@ -225,8 +225,6 @@ def test_torch_fsdp_is_migrated_or_reported(migrated, target):
     assert migrated_to_xla or reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "MpDeviceLoader moves the lengths the loop keeps on the host (the packing itself is reported "
-                  "now: XLA905)")
 @BOTH
 def test_packed_rnn_is_reported(migrated, target):
     run = migrated("29-packed-rnn-unreported", target)
@@ -236,8 +234,6 @@ def test_packed_rnn_is_reported(migrated, target):
     assert not lengths_moved or run.notes_at("train.py", (37, 39))
 
 
-@known_defect(29, "from_pretrained(load_in_8bit=True, device_map=...) kept without a finding (bitsandbytes "
-                  "is CUDA only; device_map places off XLA) and LOCAL_RANK becomes an XLA ordinal in device_map")
 @BOTH
 def test_hf_quantized_loading_and_device_map_are_reported(migrated, target):
     run = migrated("29-hf-from-pretrained-cuda-placement", target)
@@ -248,8 +244,6 @@ def test_hf_quantized_loading_and_device_map_are_reported(migrated, target):
     assert mapped and not any("ordinal" in line for line in mapped), mapped
 
 
-@known_defect(29, "ranks from MPI.COMM_WORLD (mpiexec) are kept next to XLA's own launch/rendezvous; "
-                  "no finding tells the user to stop using mpiexec")
 @BOTH
 def test_mpi_rank_setup_is_reported(migrated, target):
     run = migrated("29-mpi-launcher-kept", target)
@@ -257,8 +251,6 @@ def test_mpi_rank_setup_is_reported(migrated, target):
     assert reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "xm.save reached through a helper called under `if rank == 0:` gets no XLA501 "
-                  "(torch_xla 1.x's xm.save waits for every process: rank 0 hangs)")
 @BOTH
 def test_xm_save_in_a_helper_under_a_rank_test_is_reported(migrated, target):
     run = migrated("29-helper-xm-save-under-rank-test", target)
@@ -324,8 +316,6 @@ def test_test_assertions_are_kept_or_reported(migrated, target):
     assert "assert model.to.call_args.args[0] ==" in run.code["test_train.py"]
 
 
-@known_defect(29, "torch.save of a CPU cache in Dataset.__getitem__ (DataLoader workers) becomes xm.save "
-                  "(master-only writes, runtime calls from workers)")
 @BOTH
 def test_torch_save_of_host_data_is_kept(migrated, target):
     code = migrated("29-xm-save-on-host-data", target).code["train.py"]

@@ -9,7 +9,13 @@ What it does:
     the test reported (once, however many saves it holds): ``xm.save`` writes from the master already, and
     in torch_xla 1.x (the seeds' generation) it ends with a rendezvous of every process, which hangs when
     only the master calls it (2.6 and 2.9 have no rendezvous there: verified in their source). Calling it
-    on every process is right for both.
+    on every process is right for both. The same holds one call away: a helper that saves (a function or
+    method of this module, or a project module's, ``utils.save_checkpoint``) called under a rank test is
+    reported at that test.
+
+    ``torch.save`` in Dataset code (a class derived from a ``Dataset``, or one with ``__getitem__``) stays:
+    it writes host data from DataLoader workers, where ``xm.save`` would write from the master ordinal only
+    (the other replicas lose their cache) and start the XLA runtime in the worker.
 
     A checkpoint that holds whole ``nn.Module`` or optimizer objects (``torch.save({"model": model,
     "optimizer": optimizer}, path)``, ``torch.save(model, path)``, also through a dict bound in the same
@@ -64,12 +70,18 @@ class TorchSaveToXmSave(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._reported_guards: set[cst.If] = set()  # one finding per rank test, however many saves it holds
+        self._save_helpers: dict[str, str] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         if not ctx.is_call_to(node, *TORCH_SAVE):
+            self._helper_under_rank_test(node)
             return
         save = ctx.spell("save")
+        # Dataset code runs in DataLoader workers, on host data: xm.save would write from the master ordinal
+        # only (the other replicas lose their cache) and start the XLA runtime in the worker.
+        if self._dataset_method(node) is not None:
+            return
         if (len(patterns.positional(node)) > _ACCEPTED or any(a.star for a in node.args)
                 or any(a.keyword is not None and a.keyword.value not in ("obj", "f") for a in node.args)):
             self.finding(node, "torch.save with options xm.save does not take",
@@ -98,15 +110,67 @@ class TorchSaveToXmSave(Rule):
         self.replace(node, to_xm_save, f"{patterns.code_of(node.func)}(...) -> {save}(...)")
         for module, name in (("torch", "save"), ("torch.serialization", "save")):
             self.import_may_be_dead(module, name)
+        self._report_rank_test(node, save, save)
+
+    def _report_rank_test(self, node: cst.CSTNode, what: str, save: str, fix: str = "") -> None:
         guard = self._rank_guard(node)
-        if guard is not None and guard not in self._reported_guards:
-            self._reported_guards.add(guard)
-            hang = ("and torch_xla 1.x's xm.save waits for every process there (a hang)"
-                    if self.ctx.target.name == "sagemaker" else
-                    "so the rank test is redundant (torch_xla 1.x's xm.save, which waits for every process, "
-                    "would hang under it)")
-            self.finding(guard, f"{save} is called under a rank test: it writes from the master only already, {hang}",
-                         f"call {save} on every process and drop the rank test")
+        if guard is None or guard in self._reported_guards:
+            return
+        self._reported_guards.add(guard)
+        hang = ("and torch_xla 1.x's xm.save waits for every process there (a hang)"
+                if self.ctx.target.name == "sagemaker" else
+                "so the rank test is redundant (torch_xla 1.x's xm.save, which waits for every process, "
+                "would hang under it)")
+        self.finding(guard, f"{what} is called under a rank test: {save} writes from the master only already, "
+                     f"{hang}", fix or f"call {save} on every process and drop the rank test")
+
+    def _helper_under_rank_test(self, node: cst.Call) -> None:
+        """``if rank == 0: utils.save_checkpoint(...)`` where the helper (this module's or a project module's)
+        saves with torch.save, which this rule makes xm.save: the same rank test, one call away."""
+        name = patterns.dotted_name(node.func)
+        if name is None or self._rank_guard(node) is None:
+            return
+        where = self._local_save_helpers().get(name)
+        if where is None and self.ctx.project is not None:
+            where = self.ctx.project.save_helper(name)
+        if where is None:
+            return
+        save = self.ctx.spell("save")
+        self._report_rank_test(node, f"{name}(...), which saves with {save} ({where}),", save,
+                               f"call {name} on every process and drop the rank test (or save "
+                               "{k: v.cpu() ...} state with torch.save in the helper)")
+
+    def _local_save_helpers(self) -> dict[str, str]:
+        """This module's functions and methods that call torch.save (by the name a call in it uses)."""
+        if self._save_helpers is None:
+            self._save_helpers = {}
+            for function in patterns.find_all(self.ctx.module, lambda n: isinstance(n, cst.FunctionDef)):
+                saves = patterns.find_all(function.body, lambda n: isinstance(n, cst.Call)
+                                          and self.ctx.is_call_to(n, *TORCH_SAVE))
+                if saves:
+                    line = self.ctx.position(saves[0])[0]
+                    key = function.name.value
+                    if isinstance(self.ctx.parent(self.ctx.parent(function)), cst.ClassDef):
+                        key = f"self.{key}"
+                    self._save_helpers.setdefault(key, f"line {line}")
+        return self._save_helpers
+
+    def _dataset_method(self, node: cst.CSTNode) -> str | None:
+        """The ``Class.method`` of a Dataset that holds ``node`` (a class derived from a Dataset, or one with
+        ``__getitem__``), or None."""
+        current = self.ctx.parent(node)
+        method = None
+        while current is not None and not isinstance(current, cst.Module):
+            if isinstance(current, cst.FunctionDef) and method is None:
+                method = current.name.value
+            if isinstance(current, cst.ClassDef):
+                bases = [patterns.dotted_name(b.value) or "" for b in current.bases]
+                methods = {s.name.value for s in current.body.body if isinstance(s, cst.FunctionDef)}
+                if any(b.rsplit(".", 1)[-1].endswith("Dataset") for b in bases) or "__getitem__" in methods:
+                    return f"{current.name.value}.{method}" if method else current.name.value
+                return None
+            current = self.ctx.parent(current)
+        return None
 
     def _whole_objects(self, node: cst.Call) -> list[str]:
         """The module or optimizer objects a checkpoint holds as they are (not their state dicts)."""

@@ -68,7 +68,7 @@ class DistributedRanks(Rule):
         if concept is None or node in self._flag_reads:
             return
         outer = common.outer_int(self.ctx, node)
-        if self._in_master_guard(outer) or self._cuda_device_index(outer):
+        if self._in_master_guard(outer) or self._cuda_device_index(outer) or self._in_device_map(outer):
             return
         if self._before_launch(node):
             spelled = self.ctx.target.spelling(concept).template.format(xm="xm", xr="xr")
@@ -82,6 +82,19 @@ class DistributedRanks(Rule):
                      f"{short(outer)} -> {patterns.code_of(new)}")
         if isinstance(node, cst.Call):
             common.free_imports(self, node)
+
+    def _in_device_map(self, read: cst.CSTNode) -> bool:
+        """A CUDA ordinal for accelerate's placement (``device_map = {"": LOCAL_RANK}``): an XLA ordinal would
+        still be read as a CUDA one; XLA906 reports the device_map."""
+        current = self.ctx.parent(read)
+        while current is not None and not isinstance(current, cst.BaseStatement):
+            if isinstance(current, cst.Arg) and current.keyword is not None and current.keyword.value == "device_map":
+                return True
+            if isinstance(current, cst.Assign) and any(
+                    (patterns.dotted_name(t.target) or "").rsplit(".", 1)[-1] == "device_map" for t in current.targets):
+                return True
+            current = self.ctx.parent(current)
+        return False
 
     def _cuda_device_index(self, read: cst.CSTNode) -> bool:
         """The index of ``torch.device("cuda", read)`` or of ``f"cuda:{read}"``: the device rule (XLA101)

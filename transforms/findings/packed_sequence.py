@@ -5,7 +5,9 @@ What it does:
     ``pad_packed_sequence`` in a migrated script, with the static-shape form to use instead. Where the packed
     result's ``.data`` is taken (packing only drops the padded steps, e.g. before the loss), the fix is a
     mask over the padded positions of the loss; otherwise (a PackedSequence fed to an RNN) it is the RNN on
-    the padded batch. Nothing is rewritten.
+    the padded batch. A loop that moves some batch fields to the device and keeps one on the host
+    (``length = batch["length"]``, the packing's CPU lengths) is reported at that field: the device loader
+    the migration wraps around the loader moves it too. Nothing is rewritten.
 
 Why:
     The packing's backward (and an RNN over a PackedSequence) has no XLA kernel: on XLA tensors the first
@@ -31,6 +33,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.engine.rule import Rule
+from xla_migrate.syntax import patterns
 
 PACKING = ("torch.nn.utils.rnn.pack_padded_sequence", "torch.nn.utils.rnn.pack_sequence",
            "torch.nn.utils.rnn.pad_packed_sequence")
@@ -46,6 +49,28 @@ class PackedSequence(Rule):
     code = "XLA905"
     name = "packed-sequence"
     summary = "pack_padded_sequence / pack_sequence / pad_packed_sequence (no XLA kernel) are reported with a mask"
+
+    def visit_For(self, node: cst.For) -> None:
+        """``for batch in loader:`` that moves some fields (``batch["ids"].to(device)``) and keeps one on the
+        host (``length = batch["length"]``, for the packing's CPU lengths): the device loader the migration
+        puts around the loader moves every field, that one too."""
+        if "pack_padded_sequence" not in self.ctx.input_code or not isinstance(node.target, cst.Name):
+            return
+        batch = node.target.value
+        moved, kept = False, []
+        for statement in patterns.find_all(node.body, lambda n: isinstance(n, cst.Assign)):
+            value = statement.value
+            if patterns.method_call(value, "to") and isinstance(value.func.value, cst.Subscript):
+                moved = moved or patterns.dotted_name(value.func.value.value) == batch
+            elif isinstance(value, cst.Subscript) and patterns.dotted_name(value.value) == batch:
+                kept.append(statement)
+        if moved:
+            for statement in kept:
+                self.finding(statement, f"{patterns.code_of(statement.value).strip()} stays on the host here (the "
+                             "packing takes CPU lengths) while the other fields go to the device: a device loader "
+                             "(MpDeviceLoader) around this loader moves it to XLA too",
+                             "pass the lengths to the model as a mask over the padded batch (the packing has to go "
+                             f"on XLA anyway: {RNN_FIX})")
 
     def visit_Call(self, node: cst.Call) -> None:
         names = sorted(self.ctx.qualnames(node.func) & set(PACKING))

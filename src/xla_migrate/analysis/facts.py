@@ -77,10 +77,19 @@ def is_cuda_device_expr(node: cst.BaseExpression, qualnames: QualNames) -> bool:
     return False
 
 
+# Words of a name that says it holds a number of things (``num_gpu``, ``n_gpu``, ``gpu_count``), not an index.
+COUNT_WORDS = frozenset({"n", "num", "nb", "number", "count", "counts", "total", "world"})
+
+
 def is_cuda_ordinal(target: str, value: cst.BaseExpression, qualnames: QualNames) -> bool:
     """``device = rank % torch.cuda.device_count()``, ``gpu = torch.cuda.current_device()``: a CUDA device
-    index bound as the device (by a name that says so)."""
-    if not set(target.rsplit(".", 1)[-1].lower().split("_")) & {"device", "dev", "gpu"}:
+    index bound as the device (by a name that says so). A bare ``torch.cuda.device_count()`` is a number of
+    devices, whatever the name (``n_gpu = torch.cuda.device_count()``), and so is anything bound to a name
+    that says it counts (``num_gpu``, ``ngpus``, ``gpu_count``)."""
+    words = set(target.rsplit(".", 1)[-1].lower().split("_"))
+    if not words & {"device", "dev", "gpu"} or words & COUNT_WORDS:
+        return False
+    if isinstance(value, cst.Call) and qualnames(value.func) & {"torch.cuda.device_count"}:
         return False
     return bool(patterns.find_all(value, lambda n: isinstance(n, cst.Call) and bool(
         qualnames(n.func) & {"torch.cuda.device_count", "torch.cuda.current_device"})))

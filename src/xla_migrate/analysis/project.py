@@ -161,6 +161,26 @@ class ProjectIndex:
             name = f"{rest}.{name}"
         return ()
 
+    def save_helper(self, rel: str, qualified: str) -> str | None:
+        """The project file whose function ``qualified`` (as ``rel`` sees it: ``utils.save_checkpoint``, or
+        ``save_checkpoint`` after ``from utils import save_checkpoint``) writes a checkpoint, or None."""
+        info = self.modules[rel]
+        module, _, name = qualified.rpartition(".")
+        head, _, tail = module.partition(".")
+        if not module and name in info.imports:  # `from utils import save_checkpoint`
+            module, name = info.imports[name]
+            if not name:
+                return None
+        elif head in info.imports and not info.imports[head][1]:  # `import pkg.utils as U` then `U.save(...)`
+            module = ".".join(filter(None, (info.imports[head][0], tail)))
+        while module:
+            target = self.resolve(rel, module)
+            if target is not None:
+                return target if name in self.modules[target].save_helpers else None
+            module, _, rest = module.rpartition(".")
+            name = f"{rest}.{name}"
+        return None
+
     def instance_class(self, rel: str, name: str) -> tuple[str, str] | None:
         """The project class an object called ``name`` is made from elsewhere in the project, when only one
         class is (an object made in ``main.py`` and passed to ``engine.py`` as a parameter of the same name):
@@ -231,6 +251,9 @@ class ProjectFile:
 
     def helper_reads(self, qualified: str) -> tuple[str, int, str] | None:
         return self.index.helper_reads(self.rel, qualified)
+
+    def save_helper(self, qualified: str) -> str | None:
+        return self.index.save_helper(self.rel, qualified)
 
     def class_ties(self, qualified: str) -> tuple[tuple[str, str], ...]:
         return self.index.class_ties(self.rel, qualified)
