@@ -290,8 +290,6 @@ def test_engine_process_function_gets_a_step_barrier(migrated, target):
     assert barrier or loader or reported, f"train_step today:\n{step}"
 
 
-@known_defect(30, "two .item() per parameter in self.mp_trainer.optimize() -> _compute_norms (a method of "
-                  "an object held in an attribute, another module) are not reported")
 @BOTH
 def test_reads_in_a_method_of_an_attribute_object_are_reported(migrated, target):
     run = migrated("30-reads-in-attribute-object-method-unreported", target)

@@ -66,6 +66,13 @@ class ModuleInfo:
     # class -> the weights its methods tie (``self.a.weight = self.b.weight``), as (left, right) attribute
     # paths below the object (issue 36: the device move unties them on XLA)
     ties: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # (loop line, callee as written, class as written) of each call, in a loop, of a name bound to an object
+    # of a class (``model = Decoder().to(device)`` ... ``model(x)`` in a loop): the classes whose forward
+    # runs every step (issue 30)
+    loop_models: tuple[tuple[int, str, str], ...] = ()
+    # function or method -> the calls of its own code: ("name", f) a plain call, ("self", m) a method of its
+    # class, to follow the forward of a model into the helpers it calls
+    calls: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,8 @@ class ProjectIndex:
     edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # name -> instance_class's answer, filled as asked (the step model asks for every call of a name).
     _instance_classes: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
+    # (file, function) -> how a loop of another module runs it every step; filled on first use
+    _per_step: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
 
     # Queries ---------------------------------------------------------------------------------------------
     def relative(self, path: str) -> str | None:
@@ -191,7 +200,22 @@ class ProjectIndex:
                 return None
             wanted = last if head else attribute
             return (target, wanted) if wanted in self.modules[target].classes else None
+        if not head:  # ``from models import *``
+            for key, (module, _) in info.imports.items():
+                target = self.resolve(rel, module) if key.startswith("*") else None
+                if target is not None and class_name in self.modules[target].classes:
+                    return target, class_name
         return None
+
+    def per_step(self, rel: str, qualified: str) -> str | None:
+        """How a loop of another module runs the function ``qualified`` of ``rel`` every step ("the loop at
+        train.py:12: model(...)"), or None: the ``forward`` of a model class whose object a loop calls
+        (imported from this module, also by a star import), and the project's functions and methods that
+        forward calls (issue 30: its reads are reads of every step)."""
+        if not self._per_step:
+            self._per_step[("", "")] = ""  # computed (even when nothing runs per step)
+            self._per_step.update(_per_step_functions(self))
+        return self._per_step.get((rel, qualified))
 
     def view(self, path: str) -> ProjectFile | None:
         rel = self.relative(path)
@@ -234,6 +258,20 @@ class ProjectFile:
 
     def class_ties(self, qualified: str) -> tuple[tuple[str, str], ...]:
         return self.index.class_ties(self.rel, qualified)
+
+    def method_reads(self, class_name: str, method: str) -> tuple[str, int, str] | None:
+        """Where ``obj.method()`` reads a tensor's value to the host, for an object of the project class
+        ``class_name`` as this file spells it (``self.mp_trainer = MixedPrecisionTrainer(model)``): (file,
+        line, code), or None."""
+        found = self.index._class_file(self.rel, class_name)
+        if found is None:
+            return None
+        defined, name = found
+        read = self.index.modules[defined].read_helpers.get(f"{name}.{method}")
+        return (defined, *read) if read else None
+
+    def per_step(self, qualified: str) -> str | None:
+        return self.index.per_step(self.rel, qualified)
 
     def instance_effects(self, name: str, method: str = "__call__") -> tuple[str, ...]:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
@@ -302,9 +340,11 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     main_block = False
     reads: dict[str, tuple[int, str]] = {}
     ties: dict[str, tuple[tuple[str, str], ...]] = {}
+    own_calls: dict[str, tuple[tuple[str, str], ...]] = {}
     for statement in tree.body:
         _imports_of(statement, package, imports)
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            own_calls[statement.name] = _own_calls(statement)
             calls = _calls_in(statement)
             effects = _effects(calls)
             if effects:
@@ -321,6 +361,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                 ties[statement.name] = tied
             for item in statement.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    own_calls[f"{statement.name}.{item.name}"] = _own_calls(item)
                     calls = _calls_in(item)
                     effects = _effects(calls)
                     if effects:
@@ -363,9 +404,10 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                     target.attr if isinstance(target, ast.Attribute) else None)
                 if bound is not None:
                     instances.append((bound, made))
+    _reads_through_own_calls(reads, own_calls)
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
-                      ties=ties)
+                      ties=ties, loop_models=_loop_models(tree), calls=own_calls)
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
@@ -523,3 +565,115 @@ def _environment_variable(node: ast.AST) -> str | None:
         first = node.args[0]
         return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
     return None
+
+
+# Following a model across modules (issue 30) ------------------------------------------------------------------
+
+_MOVES = ("to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double")
+
+
+def _own_calls(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str], ...]:
+    """The calls of a function's own code (nested functions are not run by calling it): ("name", f) for
+    ``f(...)``, ("self", m) for ``self.m(...)``."""
+    found: list[tuple[str, str]] = []
+    todo: list[ast.AST] = list(function.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name):
+                found.append(("name", node.func.id))
+            elif isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == "self":
+                found.append(("self", node.func.attr))
+        todo.extend(ast.iter_child_nodes(node))
+    return tuple(dict.fromkeys(found))
+
+
+def _reads_through_own_calls(reads: dict[str, tuple[int, str]], calls: dict[str, tuple[tuple[str, str], ...]]) -> None:
+    """A function or method that calls one of its module's functions (or its own class's methods) that reads,
+    reads too (``optimize`` -> ``self._compute_norms()`` -> ``th.norm(p).item()``): the callee's read."""
+    changed = True
+    while changed:
+        changed = False
+        for qualified, called in calls.items():
+            if qualified in reads:
+                continue
+            owner = qualified.rsplit(".", 1)[0] if "." in qualified else ""
+            for kind, name in called:
+                callee = f"{owner}.{name}" if kind == "self" and owner else name if kind == "name" else None
+                if callee is not None and callee in reads:
+                    reads[qualified] = reads[callee]
+                    changed = True
+                    break
+
+
+def _made_class(value: ast.expr) -> str | None:
+    """The class an assigned object is made from: ``Decoder()``, ``models.Decoder(cfg).to(device)``."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES \
+            and isinstance(value.func.value, ast.Call):
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return None
+    made = _dotted(value.func)
+    return made if made and made.rsplit(".", 1)[-1][:1].isupper() else None
+
+
+def _loop_models(tree: ast.Module) -> tuple[tuple[int, str, str], ...]:
+    """(loop line, name, class) for each call ``name(...)`` in a loop of a function (or of the module's
+    code) where ``name`` is bound in that function (or the module) to an object of a class."""
+    found: list[tuple[int, str, str]] = []
+    scopes: list[ast.AST] = [tree] + [n for n in walk_ast(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    module_objects: dict[str, str] = {}
+    for scope in scopes:
+        objects = dict(module_objects) if scope is not tree else module_objects
+        loops: list[ast.AST] = []
+        todo = list(scope.body)  # type: ignore[attr-defined]
+        while todo:
+            node = todo.pop(0)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                made = _made_class(node.value)
+                if made is not None:
+                    objects[node.targets[0].id] = made
+            if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
+                loops.append(node)
+            todo.extend(ast.iter_child_nodes(node))
+        for loop in loops:
+            for node in walk_ast(loop):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in objects:
+                    found.append((loop.lineno, node.func.id, objects[node.func.id]))
+    return tuple(dict.fromkeys(found))
+
+
+def _per_step_functions(index: ProjectIndex) -> dict[tuple[str, str], str]:
+    """(file, function) -> how it runs every step, for the models a loop of another module calls and what
+    their forward calls (module functions, imported project functions, methods of the class)."""
+    found: dict[tuple[str, str], str] = {}
+    todo: list[tuple[str, str, str]] = []
+    for rel, info in sorted(index.modules.items()):
+        for line, name, made in info.loop_models:
+            defined = index._class_file(rel, made)
+            if defined is None or defined[0] == rel:
+                continue  # a class of the loop's own module: its step model follows it
+            todo.append((defined[0], f"{defined[1]}.forward", f"the loop at {rel}:{line}: {name}(...)"))
+    while todo:
+        rel, qualified, how = todo.pop(0)
+        info = index.modules[rel]
+        if (rel, qualified) in found or qualified not in info.calls:
+            continue
+        found[(rel, qualified)] = how
+        owner = qualified.rsplit(".", 1)[0] if "." in qualified else ""
+        for kind, name in info.calls[qualified]:
+            if kind == "self" and owner:
+                todo.append((rel, f"{owner}.{name}", how))
+            elif kind == "name" and name in info.calls:
+                todo.append((rel, name, how))
+            elif kind == "name" and name in info.imports:
+                module, attribute = info.imports[name]
+                target = index.resolve(rel, module) if attribute else None
+                if target is not None and attribute in index.modules[target].calls:
+                    todo.append((target, attribute, how))
+    return found
