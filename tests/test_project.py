@@ -212,6 +212,32 @@ def test_object_of_a_project_class_passed_in_steps_the_optimizer(tmp_path):
     assert result.data_parallel == "ddp" and result.data_parallel_reason.startswith("auto: no DistributedDataParallel")
 
 
+def test_reads_in_the_forward_of_a_model_imported_by_a_star_import_are_reads_of_every_step(tmp_path):
+    # Issue 30 (Image-Captioning's `from models import *`): the forward and the helper it calls, each in its
+    # own module, run every step of train.py's loop; a method reached through self reads for its caller.
+    models = ("import torch\nfrom helpers import longest\n\n\nclass Net(torch.nn.Module):\n"
+              "    def forward(self, x, n):\n        k = self.count(n)\n        return x[:longest(n)] * k\n\n"
+              "    def count(self, n):\n        return n.sum().item()\n\n\n"
+              "class Unused(torch.nn.Module):\n    def forward(self, n):\n        return n.tolist()\n")
+    helpers = "import torch\n\n\ndef longest(n):\n    return int(n.max().item())\n"
+    train = ("import torch\nfrom models import *\n\nmodel = Net().cuda()\nfor i in range(3):\n"
+             "    out = model(torch.ones(4).cuda(), torch.tensor([1, 2]).cuda())\n")
+    write(tmp_path, {"models.py": models, "helpers.py": helpers, "train.py": train})
+    index = index_of(tmp_path)
+    assert index.per_step("models.py", "Net.forward") == "the loop at train.py:5: model(...)"
+    assert index.per_step("models.py", "Net.count") == "the loop at train.py:5: model(...) -> self.count(...)"
+    assert index.per_step("helpers.py", "longest").endswith("-> longest(...) (helpers.py)")
+    assert index.per_step("models.py", "Unused.forward") is None  # no loop runs it
+    assert index.modules["models.py"].read_helpers["Net.forward"] == (11, "n.sum().item()")  # through self.count
+    found = {}
+    for name in ("models.py", "helpers.py"):
+        result = migrate((tmp_path / name).read_text(), path=str(tmp_path / name), target="2.9", project=index)
+        found[name] = [(f.line, f.code) for f in result.findings if f.code == "XLA311"]
+    assert found == {"models.py": [(11, "XLA311")], "helpers.py": [(5, "XLA311")]}
+    alone = migrate(models, path=str(tmp_path / "models.py"), target="2.9")
+    assert not [f for f in alone.findings if f.code == "XLA311"]  # migrated alone: nothing runs it per step
+
+
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_helper_modules_get_no_entry_point_finding(tmp_path, target):
     write(tmp_path, {"utils.py": SCALER_UTILS, "engine.py": SCALER_ENGINE, "main.py": SCALER_MAIN})

@@ -95,8 +95,6 @@ def test_world_size_from_a_device_count_comes_from_the_runtime(migrated, target)
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
-@known_defect(30, "reads in the forward of a model class imported from another project module (.tolist(), "
-                  "and .item() in a helper it calls) are not reported; the one-file program gets both")
 @BOTH
 def test_reads_in_an_imported_models_forward_are_reported(migrated, target):
     run = migrated("30-reads-in-imported-model-forward-unreported", target)

@@ -668,12 +668,12 @@ def _per_step_functions(index: ProjectIndex) -> dict[tuple[str, str], str]:
         owner = qualified.rsplit(".", 1)[0] if "." in qualified else ""
         for kind, name in info.calls[qualified]:
             if kind == "self" and owner:
-                todo.append((rel, f"{owner}.{name}", how))
+                todo.append((rel, f"{owner}.{name}", f"{how} -> self.{name}(...)"))
             elif kind == "name" and name in info.calls:
-                todo.append((rel, name, how))
+                todo.append((rel, name, f"{how} -> {name}(...)"))
             elif kind == "name" and name in info.imports:
                 module, attribute = info.imports[name]
                 target = index.resolve(rel, module) if attribute else None
                 if target is not None and attribute in index.modules[target].calls:
-                    todo.append((target, attribute, how))
+                    todo.append((target, attribute, f"{how} -> {name}(...) ({target})"))
     return found

@@ -267,6 +267,20 @@ class StepModel(CallPaths, GradientReductions):
             return Region(step, path, function)
         return None
 
+    def foreign_step(self, node: cst.CSTNode) -> str | None:
+        """`` in Decoder.forward (run every step by the loop at train.py:12: model(...))`` when ``node`` lies
+        in a function that a loop of another module runs every step (the project index: the forward of a
+        model class imported there, and the functions it calls); else None. Only for nodes no loop of this
+        module reaches (``region`` is None)."""
+        project = self.ctx.project
+        function = self.function_of(node)
+        if project is None or function is None or self._c.function_parent.get(function) is not None:
+            return None
+        owner = self._c.function_class.get(function)
+        qualified = f"{owner}.{function.name.value}" if owner else function.name.value
+        how = project.per_step(qualified)
+        return f" in {qualified} (run every step by {how})" if how else None
+
     def _region_in(self, step: StepLoop, function: Function) -> Region:
         if function is step.function or function not in self.step_functions:
             return Region(step, (), function)
