@@ -277,8 +277,6 @@ def test_random_crop_offsets_on_device_are_reported(migrated, target):
     assert run.notes_at("train.py", (16, 17, 32), "XLA312"), f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(30, "an ignite Engine process function gets xm.optimizer_step but no step barrier and no "
-                  "device loader: one graph grows over many steps; no finding")
 @BOTH
 def test_engine_process_function_gets_a_step_barrier(migrated, target):
     run = migrated("30-engine-process-function-no-barrier", target)
