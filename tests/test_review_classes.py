@@ -269,8 +269,6 @@ def test_xm_save_in_a_helper_under_a_rank_test_is_reported(migrated, target):
 # Severity G (extra graphs or compilations per step) ----------------------------------------------------------
 
 
-@known_defect(30, "random.randint slice offsets on device tensors (a helper crop) compile a new graph "
-                  "per step; XLA312 sees only loop-variable offsets")
 @BOTH
 def test_random_crop_offsets_on_device_are_reported(migrated, target):
     run = migrated("30-host-random-crop-on-device", target)

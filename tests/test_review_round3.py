@@ -104,8 +104,6 @@ def test_reads_in_an_imported_models_forward_are_reported(migrated, target):
                                 f"utils.py: {_show(run.findings['utils.py'])}")
 
 
-@known_defect(30, "timm Mixup/CutMix applied to the device batch in the step (host-drawn box sliced into the "
-                  "device tensor: a compilation per box) is not reported")
 @BOTH
 def test_library_cutmix_on_the_device_batch_is_reported(migrated, target):
     run = migrated("30-library-mixup-cutmix-on-device-unreported", target)
