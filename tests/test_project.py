@@ -478,3 +478,12 @@ def test_walk_ast_gives_ast_walks_nodes_in_its_order():
     assert len(trees) > 10
     for tree in trees:
         assert walk_ast(tree) == list(ast.walk(tree))
+
+
+def test_a_model_made_in_main_and_called_in_the_training_function_is_followed(tmp_path):
+    # Image-Captioning's shape: decoder = DecoderWithAttention(...) in main, decoder(imgs, caps) in train().
+    models = "import torch\n\n\nclass Dec(torch.nn.Module):\n    def forward(self, n):\n        return n.tolist()\n"
+    train = ("import torch\nfrom models import Dec\n\n\ndef train(decoder):\n    for i in range(3):\n"
+             "        decoder(torch.ones(2).cuda())\n\n\ndef main():\n    decoder = Dec().cuda()\n    train(decoder)\n")
+    write(tmp_path, {"models.py": models, "train.py": train})
+    assert index_of(tmp_path).per_step("models.py", "Dec.forward") == "the loop at train.py:6: decoder(...)"

@@ -626,8 +626,19 @@ def _loop_models(tree: ast.Module) -> tuple[tuple[int, str, str], ...]:
     found: list[tuple[int, str, str]] = []
     scopes: list[ast.AST] = [tree] + [n for n in walk_ast(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     module_objects: dict[str, str] = {}
+    # An object made in one function and handed to another as a parameter of the same name (``decoder =
+    # DecoderWithAttention(...)`` in main, ``decoder(imgs, caps)`` in train): the one class bound to the name.
+    anywhere: dict[str, set[str]] = {}
+    for node in walk_ast(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            made = _made_class(node.value)
+            if made is not None:
+                anywhere.setdefault(node.targets[0].id, set()).add(made)
     for scope in scopes:
         objects = dict(module_objects) if scope is not tree else module_objects
+        if scope is not tree:
+            objects.update({name: next(iter(made)) for name, made in anywhere.items()
+                            if len(made) == 1 and name not in objects})
         loops: list[ast.AST] = []
         todo = list(scope.body)  # type: ignore[attr-defined]
         while todo:
