@@ -487,3 +487,19 @@ def test_a_model_made_in_main_and_called_in_the_training_function_is_followed(tm
              "        decoder(torch.ones(2).cuda())\n\n\ndef main():\n    decoder = Dec().cuda()\n    train(decoder)\n")
     write(tmp_path, {"models.py": models, "train.py": train})
     assert index_of(tmp_path).per_step("models.py", "Dec.forward") == "the loop at train.py:6: decoder(...)"
+
+
+def test_a_random_crop_helper_of_another_module_is_reported_at_the_steps_call(tmp_path):
+    # SRGAN's imgproc.random_crop_torch applied after .to(device) in train_gan.py (issue 30, XLA312).
+    helpers = ("import random\n\n\ndef crop(x, p):\n    top = random.randint(0, x.shape[-2] - p)\n"
+               "    rows = [top, top + p]\n    return x[:, :, top:top + p], rows[top:top + 1]\n")
+    train = ("import torch\nfrom imgproc import crop\n\nmodel = torch.nn.Conv2d(3, 3, 1).cuda()\n"
+             "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i in range(3):\n"
+             "    x, _ = crop(torch.ones(2, 3, 8, 8).cuda(), 4)\n    loss = model(x).sum()\n    loss.backward()\n"
+             "    opt.step()\n")
+    write(tmp_path, {"imgproc.py": helpers, "train.py": train})
+    index = index_of(tmp_path)
+    assert index.modules["imgproc.py"].random_slices == {"crop": (7, "x[:, :, top:top + p]")}  # not the list
+    result = migrate(train, path=str(tmp_path / "train.py"), target="2.9", project=index)
+    found = [(f.line, f.message) for f in result.findings if f.code == "XLA312"]
+    assert [line for line, _ in found] == [7] and "imgproc.py:7: x[:, :, top:top + p]" in found[0][1], found

@@ -14,7 +14,7 @@ What it does:
     loop whose bounds come from the loop's variables (``data[i:i + bs]``). Host-random geometry on the step's
     device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
     ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
-    naming the slice), and timm's ``Mixup`` with CutMix (``cutmix_alpha`` not 0) or torchvision's
+    naming the slice; a helper of another project module too, from the project index), and timm's ``Mixup`` with CutMix (``cutmix_alpha`` not 0) or torchvision's
     ``v2.CutMix`` called on a batch already on the device (a device loader's, or one moved before the call):
     the box's corners are drawn on the host. Nothing is rewritten.
 
@@ -223,6 +223,9 @@ class DynamicShapesInLoop(Rule):
         the step model does not count as part of the step, since it runs no step work of its own)."""
         ctx = self.ctx
         target = ctx.steps.callee(node)
+        if target is None and ctx.project is not None:
+            self._imported_random_crop(node)
+            return
         if target is None or target in ctx.steps.step_functions:
             return  # a step function: its slices are reported where they are
         if target not in self._random:
@@ -236,6 +239,17 @@ class DynamicShapesInLoop(Rule):
         self.finding(node, f"{short(node)}: {target.name.value}() slices at offsets drawn on the host every step "
                            f"(line {ctx.position(first)[0]}: {short(first)}): the offsets are constants of the "
                            "graph, a new graph per draw", geometry.CROP_FIX)
+
+    def _imported_random_crop(self, node: cst.Call) -> None:
+        """The same, for a helper of another module of the project (the project index)."""
+        for name in sorted(self.ctx.qualnames(node.func)):
+            found = self.ctx.project.random_slice(name)
+            if found is not None:
+                path, line, code = found
+                self.finding(node, f"{short(node)}: {short(node.func)}() slices at offsets drawn on the host every "
+                                   f"step ({path}:{line}: {code[:60]}): the offsets are constants of the graph, a "
+                                   "new graph per draw", geometry.CROP_FIX)
+                return
 
     def _cutmix(self, node: cst.Call) -> None:
         """timm's Mixup with CutMix (torchvision's v2.CutMix) applied in the step to a device batch."""

@@ -73,6 +73,9 @@ class ModuleInfo:
     # function or method -> the calls of its own code: ("name", f) a plain call, ("self", m) a method of its
     # class, to follow the forward of a model into the helpers it calls
     calls: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # function -> (line, code) of its first tensor-style slice (several dimensions or ``...``) at offsets a
+    # ``random.*`` / ``np.random.*`` draw gives: a random crop helper (issue 30, XLA312)
+    random_slices: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,13 @@ class ProjectIndex:
             module, _, rest = module.rpartition(".")
             name = f"{rest}.{name}"
         return None
+
+    def random_slice(self, rel: str, qualified: str) -> tuple[str, int, str] | None:
+        """Where calling the function ``qualified`` (as ``rel`` sees it) slices at host-random offsets."""
+        module, _, name = qualified.rpartition(".")
+        target = self.resolve(rel, module) if module else None
+        found = self.modules[target].random_slices.get(name) if target is not None else None
+        return (target, *found) if found else None
 
     def class_ties(self, rel: str, qualified: str) -> tuple[tuple[str, str], ...]:
         """The ties of the project class ``qualified`` names (as ``rel`` imports it), or ()."""
@@ -272,6 +282,9 @@ class ProjectFile:
 
     def per_step(self, qualified: str) -> str | None:
         return self.index.per_step(self.rel, qualified)
+
+    def random_slice(self, qualified: str) -> tuple[str, int, str] | None:
+        return self.index.random_slice(self.rel, qualified)
 
     def instance_effects(self, name: str, method: str = "__call__") -> tuple[str, ...]:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
@@ -407,7 +420,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     _reads_through_own_calls(reads, own_calls)
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
-                      ties=ties, loop_models=_loop_models(tree), calls=own_calls)
+                      ties=ties, loop_models=_loop_models(tree), calls=own_calls,
+                      random_slices=_random_slices(tree))
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
@@ -687,4 +701,33 @@ def _per_step_functions(index: ProjectIndex) -> dict[tuple[str, str], str]:
                 target = index.resolve(rel, module) if attribute else None
                 if target is not None and attribute in index.modules[target].calls:
                     todo.append((target, attribute, f"{how} -> {name}(...) ({target})"))
+    return found
+
+
+_RANDOM = ("random.", "np.random.", "numpy.random.")
+
+
+def _random_slices(tree: ast.Module) -> dict[str, tuple[int, str]]:
+    """Top-level functions that slice like a tensor (several dimensions or ``...``) at offsets drawn with
+    ``random.*`` / ``np.random.*`` (``lr_top = random.randint(...)``; ``img[:, :, lr_top:lr_top + p]``)."""
+    found: dict[str, tuple[int, str]] = {}
+    for function in tree.body:
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        nodes = walk_ast(function)
+        drawn: set[str] = set()
+        for node in nodes:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(c, ast.Call) and (_dotted(c.func) or "").startswith(_RANDOM) for c in walk_ast(node.value)):
+                drawn |= {n.id for t in node.targets for n in walk_ast(t) if isinstance(n, ast.Name)}
+        if not drawn:
+            continue
+        for node in nodes:
+            if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple)):
+                continue
+            bounds = [b for e in node.slice.elts if isinstance(e, ast.Slice) for b in (e.lower, e.upper) if b]
+            if any(isinstance(n, ast.Name) and n.id in drawn for b in bounds for n in walk_ast(b)):
+                candidate = (node.lineno, ast.unparse(node))
+                if function.name not in found or candidate[0] < found[function.name][0]:
+                    found[function.name] = candidate
     return found
