@@ -317,3 +317,18 @@ def test_graph_fixtures_migrate_idempotently_without_reads_left(name):
     assert not [f for f in result.findings if f.code in ("XLA311", "XLA312")], "every per-step read moves"
     handwritten = (RUNNABLE / "handwritten" / f"{name}_xla.py").read_text()
     compile(handwritten, f"{name}_xla.py", "exec")
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_host_random_geometry_on_device_tensors_is_reported(target):
+    # Issue 30 (SRGAN's random_crop_torch after .to(device), Swin's timm Mixup on the device batch): offsets and
+    # boxes drawn on the host are constants of the graph. The fixture's negatives: Mixup without CutMix, a list.
+    source = (ROOT / "fixtures" / "XLA312" / "host_random_geometry.in.py").read_text()
+    result = migrate(source, target=target, select="XLA312")
+    found = findings(result, "XLA312")
+    assert [line for line, _ in found] == [31, 33, 35], found
+    assert "CutMix" in found[0][1] and "crop() slices at offsets drawn on the host" in found[1][1]
+    assert "line 23: x[..., top:top + size" in found[1][1] and "a new graph per draw" in found[2][1]
+    whole = findings(migrate(source, target=target), "XLA312")
+    # With every rule the loader becomes a device loader: the batch mixed "before its move" is on the device too.
+    assert [line for line, _ in whole] == [28, 31, 33, 35], whole

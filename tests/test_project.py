@@ -216,6 +216,32 @@ def test_object_of_a_project_class_passed_in_steps_the_optimizer(tmp_path):
     assert result.data_parallel == "ddp" and result.data_parallel_reason.startswith("auto: no DistributedDataParallel")
 
 
+def test_reads_in_the_forward_of_a_model_imported_by_a_star_import_are_reads_of_every_step(tmp_path):
+    # Issue 30 (Image-Captioning's `from models import *`): the forward and the helper it calls, each in its
+    # own module, run every step of train.py's loop; a method reached through self reads for its caller.
+    models = ("import torch\nfrom helpers import longest\n\n\nclass Net(torch.nn.Module):\n"
+              "    def forward(self, x, n):\n        k = self.count(n)\n        return x[:longest(n)] * k\n\n"
+              "    def count(self, n):\n        return n.sum().item()\n\n\n"
+              "class Unused(torch.nn.Module):\n    def forward(self, n):\n        return n.tolist()\n")
+    helpers = "import torch\n\n\ndef longest(n):\n    return int(n.max().item())\n"
+    train = ("import torch\nfrom models import *\n\nmodel = Net().cuda()\nfor i in range(3):\n"
+             "    out = model(torch.ones(4).cuda(), torch.tensor([1, 2]).cuda())\n")
+    write(tmp_path, {"models.py": models, "helpers.py": helpers, "train.py": train})
+    index = index_of(tmp_path)
+    assert index.per_step("models.py", "Net.forward") == "the loop at train.py:5: model(...)"
+    assert index.per_step("models.py", "Net.count") == "the loop at train.py:5: model(...) -> self.count(...)"
+    assert index.per_step("helpers.py", "longest").endswith("-> longest(...) (helpers.py)")
+    assert index.per_step("models.py", "Unused.forward") is None  # no loop runs it
+    assert index.modules["models.py"].read_helpers["Net.forward"] == (11, "n.sum().item()")  # through self.count
+    found = {}
+    for name in ("models.py", "helpers.py"):
+        result = migrate((tmp_path / name).read_text(), path=str(tmp_path / name), target="2.9", project=index)
+        found[name] = [(f.line, f.code) for f in result.findings if f.code == "XLA311"]
+    assert found == {"models.py": [(11, "XLA311")], "helpers.py": [(5, "XLA311")]}
+    alone = migrate(models, path=str(tmp_path / "models.py"), target="2.9")
+    assert not [f for f in alone.findings if f.code == "XLA311"]  # migrated alone: nothing runs it per step
+
+
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_helper_modules_get_no_entry_point_finding(tmp_path, target):
     write(tmp_path, {"utils.py": SCALER_UTILS, "engine.py": SCALER_ENGINE, "main.py": SCALER_MAIN})
@@ -456,3 +482,28 @@ def test_walk_ast_gives_ast_walks_nodes_in_its_order():
     assert len(trees) > 10
     for tree in trees:
         assert walk_ast(tree) == list(ast.walk(tree))
+
+
+def test_a_model_made_in_main_and_called_in_the_training_function_is_followed(tmp_path):
+    # Image-Captioning's shape: decoder = DecoderWithAttention(...) in main, decoder(imgs, caps) in train().
+    models = "import torch\n\n\nclass Dec(torch.nn.Module):\n    def forward(self, n):\n        return n.tolist()\n"
+    train = ("import torch\nfrom models import Dec\n\n\ndef train(decoder):\n    for i in range(3):\n"
+             "        decoder(torch.ones(2).cuda())\n\n\ndef main():\n    decoder = Dec().cuda()\n    train(decoder)\n")
+    write(tmp_path, {"models.py": models, "train.py": train})
+    assert index_of(tmp_path).per_step("models.py", "Dec.forward") == "the loop at train.py:6: decoder(...)"
+
+
+def test_a_random_crop_helper_of_another_module_is_reported_at_the_steps_call(tmp_path):
+    # SRGAN's imgproc.random_crop_torch applied after .to(device) in train_gan.py (issue 30, XLA312).
+    helpers = ("import random\n\n\ndef crop(x, p):\n    top = random.randint(0, x.shape[-2] - p)\n"
+               "    rows = [top, top + p]\n    return x[:, :, top:top + p], rows[top:top + 1]\n")
+    train = ("import torch\nfrom imgproc import crop\n\nmodel = torch.nn.Conv2d(3, 3, 1).cuda()\n"
+             "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i in range(3):\n"
+             "    x, _ = crop(torch.ones(2, 3, 8, 8).cuda(), 4)\n    loss = model(x).sum()\n    loss.backward()\n"
+             "    opt.step()\n")
+    write(tmp_path, {"imgproc.py": helpers, "train.py": train})
+    index = index_of(tmp_path)
+    assert index.modules["imgproc.py"].random_slices == {"crop": (7, "x[:, :, top:top + p]")}  # not the list
+    result = migrate(train, path=str(tmp_path / "train.py"), target="2.9", project=index)
+    found = [(f.line, f.message) for f in result.findings if f.code == "XLA312"]
+    assert [line for line, _ in found] == [7] and "imgproc.py:7: x[:, :, top:top + p]" in found[0][1], found

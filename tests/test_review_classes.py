@@ -261,16 +261,12 @@ def test_xm_save_in_a_helper_under_a_rank_test_is_reported(migrated, target):
 # Severity G (extra graphs or compilations per step) ----------------------------------------------------------
 
 
-@known_defect(30, "random.randint slice offsets on device tensors (a helper crop) compile a new graph "
-                  "per step; XLA312 sees only loop-variable offsets")
 @BOTH
 def test_random_crop_offsets_on_device_are_reported(migrated, target):
     run = migrated("30-host-random-crop-on-device", target)
     assert run.notes_at("train.py", (16, 17, 32), "XLA312"), f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(30, "an ignite Engine process function gets xm.optimizer_step but no step barrier and no "
-                  "device loader: one graph grows over many steps; no finding")
 @BOTH
 def test_engine_process_function_gets_a_step_barrier(migrated, target):
     run = migrated("30-engine-process-function-no-barrier", target)
@@ -282,8 +278,6 @@ def test_engine_process_function_gets_a_step_barrier(migrated, target):
     assert barrier or loader or reported, f"train_step today:\n{step}"
 
 
-@known_defect(30, "two .item() per parameter in self.mp_trainer.optimize() -> _compute_norms (a method of "
-                  "an object held in an attribute, another module) are not reported")
 @BOTH
 def test_reads_in_a_method_of_an_attribute_object_are_reported(migrated, target):
     run = migrated("30-reads-in-attribute-object-method-unreported", target)

@@ -98,8 +98,6 @@ def test_world_size_from_a_device_count_comes_from_the_runtime(migrated, target)
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
-@known_defect(30, "reads in the forward of a model class imported from another project module (.tolist(), "
-                  "and .item() in a helper it calls) are not reported; the one-file program gets both")
 @BOTH
 def test_reads_in_an_imported_models_forward_are_reported(migrated, target):
     run = migrated("30-reads-in-imported-model-forward-unreported", target)
@@ -109,8 +107,6 @@ def test_reads_in_an_imported_models_forward_are_reported(migrated, target):
                                 f"utils.py: {_show(run.findings['utils.py'])}")
 
 
-@known_defect(30, "timm Mixup/CutMix applied to the device batch in the step (host-drawn box sliced into the "
-                  "device tensor: a compilation per box) is not reported")
 @BOTH
 def test_library_cutmix_on_the_device_batch_is_reported(migrated, target):
     run = migrated("30-library-mixup-cutmix-on-device-unreported", target)

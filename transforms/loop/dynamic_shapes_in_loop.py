@@ -11,7 +11,12 @@ What it does:
     rewrite: a ``collate_fn`` that pads each batch to its own longest sequence or largest image
     (``pad_sequence`` without a maximum length in the script, ``max(len(s) for s in batch)``), a corpus on the
     device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
-    loop whose bounds come from the loop's variables (``data[i:i + bs]``). Nothing is rewritten.
+    loop whose bounds come from the loop's variables (``data[i:i + bs]``). Host-random geometry on the step's
+    device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
+    ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
+    naming the slice; a helper of another project module too, from the project index), and timm's ``Mixup`` with CutMix (``cutmix_alpha`` not 0) or torchvision's
+    ``v2.CutMix`` called on a batch already on the device (a device loader's, or one moved before the call):
+    the box's corners are drawn on the host. Nothing is rewritten.
 
 Why:
     XLA compiles one graph per set of input shapes. A shape that depends on the data (or a smaller last
@@ -41,6 +46,7 @@ from xla_migrate.analysis.facts import DATALOADERS, DEVICE_LOADERS
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.hf import hf_common
 from xla_migrate.transforms.common import short
+from xla_migrate.transforms.loop import host_random_geometry as geometry
 from xla_migrate.transforms.loop import static_batch_shapes
 
 DATA_DEPENDENT = ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere",
@@ -70,6 +76,9 @@ class DynamicShapesInLoop(Rule):
         self._training_args = hf_common.local_training_args_classes(ctx.module, ctx)
         # Names bound to boolean masks, per training loop.
         self._masks: dict[cst.CSTNode, set[str]] = {}
+        # Names bound to host random draws, per function (None: the module's code).
+        self._random: dict[cst.CSTNode | None, set[str]] = {}
+        self._cutmix_bound = geometry.cutmix_bindings(ctx) if ctx.steps.training_loops else {}
 
     def _training_step(self, node: cst.CSTNode) -> object | None:
         """The training step ``node`` runs in (its loop's step, or a function the loop calls), else None."""
@@ -186,17 +195,85 @@ class DynamicShapesInLoop(Rule):
         loop = self._training_step(node)
         if loop is None:
             return
+        self._random_slice(node)
         for element in node.slice:
             if isinstance(element.slice, cst.Index) and self._is_mask(element.slice.value, loop):
                 self.finding(node, f"{short(node)}: boolean-mask indexing gives a shape that depends on the data",
                              MASK_FIX)
                 return
 
+    def _random_slice(self, node: cst.Subscript) -> None:
+        """A slice of a device tensor at offsets a host random draw gives (a random crop)."""
+        ctx = self.ctx
+        function = ctx.steps.function_of(node)
+        if function not in self._random:
+            self._random[function] = geometry.random_names(ctx, function if function is not None else ctx.module)
+        names = self._random[function]
+        if not names or not geometry.random_bounds(node, names):
+            return
+        region = ctx.steps.training_region(node)
+        if region is None or not geometry.tensor_like(node, ctx.steps.tensor_names(region)):
+            return
+        where = f" in {function.name.value}()" if function is not None and region.in_callee else ""
+        self.finding(node, f"{short(node)}{where}: a slice at offsets drawn on the host (random) every step: the "
+                           "offsets are constants of the graph, a new graph per draw", geometry.CROP_FIX)
+
+    def _random_crop_call(self, node: cst.Call) -> None:
+        """A call in the step of a function of this module that slices at host-random offsets (a crop helper
+        the step model does not count as part of the step, since it runs no step work of its own)."""
+        ctx = self.ctx
+        target = ctx.steps.callee(node)
+        if target is None and ctx.project is not None:
+            self._imported_random_crop(node)
+            return
+        if target is None or target in ctx.steps.step_functions:
+            return  # a step function: its slices are reported where they are
+        if target not in self._random:
+            self._random[target] = geometry.random_names(ctx, target)
+        names = self._random[target]
+        slices = [s for s in patterns.find_all(target, lambda n: isinstance(n, cst.Subscript))
+                  if names and geometry.random_bounds(s, names) and geometry.tensor_like(s, set())]
+        if not slices:
+            return
+        first = slices[0]
+        self.finding(node, f"{short(node)}: {target.name.value}() slices at offsets drawn on the host every step "
+                           f"(line {ctx.position(first)[0]}: {short(first)}): the offsets are constants of the "
+                           "graph, a new graph per draw", geometry.CROP_FIX)
+
+    def _imported_random_crop(self, node: cst.Call) -> None:
+        """The same, for a helper of another module of the project (the project index)."""
+        for name in sorted(self.ctx.qualnames(node.func)):
+            found = self.ctx.project.random_slice(name)
+            if found is not None:
+                path, line, code = found
+                self.finding(node, f"{short(node)}: {short(node.func)}() slices at offsets drawn on the host every "
+                                   f"step ({path}:{line}: {code[:60]}): the offsets are constants of the graph, a "
+                                   "new graph per draw", geometry.CROP_FIX)
+                return
+
+    def _cutmix(self, node: cst.Call) -> None:
+        """timm's Mixup with CutMix (torchvision's v2.CutMix) applied in the step to a device batch."""
+        ctx = self.ctx
+        if not geometry.is_cutmix_call(ctx, node, self._cutmix_bound):
+            return
+        region = ctx.steps.training_region(node)
+        scope = region.function if region is not None and region.in_callee else (
+            region.step.loop if region is not None else None)
+        on_device = region is not None and (ctx.steps.iterates_device_loader(region.step) or (
+            scope is not None and geometry.moved_to_device(ctx, node, scope)))
+        if not on_device:
+            return
+        self.finding(node, f"{short(node)}: a CutMix batch augmentation on the device batch pastes a box drawn on "
+                           "the host: its corners are constants of the graph, a new compilation for most steps",
+                     geometry.CUTMIX_FIX)
+
     def visit_Call(self, node: cst.Call) -> None:
         if hf_common.is_training_args_class(self.ctx, node.func, self._training_args):
             self._trainer_loader(node)
         if self._training_step(node) is None:
             return
+        self._cutmix(node)
+        self._random_crop_call(node)
         names = self.ctx.qualnames(node.func)
         one_arg_where = "torch.where" in names and len(node.args) == 1
         data_dependent = patterns.method_call(node, "nonzero", "masked_select", "unique")

@@ -20,7 +20,11 @@ What it does:
     like ``p.grad is not None`` are not reads), reads in the ``forward`` of the module's own models
     (``(lengths - 1).tolist()``), calls into another module of the project whose helper reads
     (``metrics.loss_value(loss)`` returning ``loss.item()``; from the project index, with the helper's file
-    and line), and a kept GradScaler's ``get_scale()``/``state_dict()``. A read repeated by a loop below the
+    and line; also a method of an object ``__init__`` made from a project class, ``self.mp_trainer.optimize()``,
+    with the reads of the methods it calls through ``self``), reads in the ``forward`` of a model class a loop of
+    another module calls (imported, also by a star import) and in the project functions that forward calls
+    (reported in their own file, with the loop that runs them: ``in Decoder.forward (run every step by the loop
+    at train.py:12: model(...))``), and a kept GradScaler's ``get_scale()``/``state_dict()``. A read repeated by a loop below the
     step (over the parameters) says so: as many syncs per step. A logging statement XLA310 leaves in place
     (under a ``try`` or ``with`` of the step) is reported with the reason; one that runs right before leaving
     the loop is not (it runs once). After the step's barrier a read of a value is free, but a read of a
@@ -62,6 +66,8 @@ from xla_migrate.transforms.common import short
 
 ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and read it once after the loop "
               "or every N steps, or log it through xm.add_step_closure")
+FOREIGN = ("keep the value on the device (masks from the lengths, a fixed maximum length: torch.arange(MAX_LEN) < "
+           "lengths[:, None]) so the forward has one shape, or compute it on the host before the batch moves")
 CONTROL = "decide from a value read every N steps (or after the loop), not every step"
 ASSERT = ("check on the device and read once (flags = torch.stack([...]); read them every N steps or after the "
           "loop), or move the check into a function run by xm.add_step_closure; python -O drops asserts")
@@ -88,7 +94,10 @@ class LazyTensorHostReads(Rule):
             self._synchronize(node)
             return
         region = ctx.steps.region(node)
-        if region is None or steps.in_step_closure(ctx, node):
+        if region is None:
+            self._foreign(node)
+            return
+        if steps.in_step_closure(ctx, node):
             return
         if ctx.steps.after_step_end(node, region):
             self._computed_after_the_barrier(node, region)
@@ -105,6 +114,24 @@ class LazyTensorHostReads(Rule):
                 self._report(node, region, kept[1], f"kept in place ({kept[0]}): reads a tensor's value to the host")
                 return
             self._report(node, region, ACCUMULATE, "reads a tensor's value to the host")
+
+    def _foreign(self, node: cst.Call) -> None:
+        """A read in a function a loop of another module runs every step (the project index: the forward
+        of a model class that module imports, and the helpers it calls)."""
+        ctx = self.ctx
+        where = ctx.steps.foreign_step(node)
+        if where is None or steps.reads(ctx, node, set()) != [node] or steps.is_logging_read(ctx, node):
+            return
+        if steps.in_logging_compound(ctx, node) or steps.in_step_closure(ctx, node):
+            return
+        current = ctx.parent(node)
+        while current is not None and not isinstance(current, (cst.BaseStatement, cst.BaseSmallStatement)):
+            if isinstance(current, cst.Call) and steps.reads(ctx, current, set()) == [current]:
+                return  # ``float(x.item())`` is one read: the outer call's
+            current = ctx.parent(current)
+        self.finding(node, f"{short(node)}{where}: reads a tensor's value to the host every step (a device sync: "
+                           "the graph runs mid-step); a loop bound or a shape taken from it compiles a new graph "
+                           "per distinct value", FOREIGN)
 
     def _computed_after_the_barrier(self, node: cst.Call, region: Region) -> None:
         """After the step's barrier a read of a value is free, but a read of a computation on the step's

@@ -27,7 +27,9 @@ What it does:
     loader: the batch runs one graph, where a barrier at its end ran a second one for the still-pending
     logits. Never in the methods of an ``nn.Module`` (a loop over blocks or decoder steps in ``forward``,
     ``__init__`` building submodules) or in a project module's import-time code: those loops are not steps.
-    And a device value that the code after a loop reads several times (``val_loss = evaluate(...)``, then
+    The process function of an ignite ``Engine(train_step)`` that runs a backward and an update gets the
+    barrier at its end (before its ``return``): ignite's loop runs it per batch and marks no step. And a
+    device value that the code after a loop reads several times (``val_loss = evaluate(...)``, then
     ``scheduler.step(val_loss)``, ``val_loss.item()``, ``f"{val_loss:.4f}"``) gets one barrier before the
     first read: each read of a pending value runs its graph again.
 
@@ -73,6 +75,10 @@ class StepBarrier(Rule):
     name = "step-barrier"
     summary = "loops without a device loader get the step barrier (xm.mark_step()) after the update, eval loops per batch"
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._engine_steps: set[cst.FunctionDef] = set()
+
     def _visit_loop(self, node: cst.For | cst.While) -> None:
         steps = self.ctx.steps
         step = steps.loop(node)
@@ -113,6 +119,24 @@ class StepBarrier(Rule):
                                f"{repeated.name} (a device value still to compute) is read {len(repeated.lines)} "
                                f"times (lines {lines}): each read would run its graph again; {barrier} runs it "
                                "once before the first")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """An ignite ``Engine(train_step)``: the engine's loop runs ``train_step`` per batch, so the barrier
+        ends that function (before its ``return``): one graph per iteration, its output already computed
+        when the engine's handlers read it."""
+        function = self.ctx.steps.engine_step(node)
+        if function is None or function in self._engine_steps:
+            return
+        self._engine_steps.add(function)
+        barrier = self.ctx.spell("step_barrier")
+        last = function.body.body[-1]  # type: ignore[union-attr]
+        what = (f"step barrier at the end of {function.name.value}(), the process function that ignite's "
+                f"Engine runs once per iteration (its loop is ignite's: nothing else marks the step): {barrier}")
+        returns = isinstance(last, cst.SimpleStatementLine) and any(isinstance(s, cst.Return) for s in last.body)
+        if returns:
+            self.insert_before(last, [self.ctx.statement(barrier)], what)
+        else:
+            self.insert_after(last, [self.ctx.statement(barrier)], what)
 
     def visit_For(self, node: cst.For) -> None:
         self._visit_loop(node)

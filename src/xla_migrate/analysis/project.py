@@ -6,7 +6,7 @@ file under the root is parsed with the standard ``ast`` module (no libcst, no sc
 imports and top-level definitions are read. It holds plain data (tuples, dicts, strings), so it travels to
 the worker processes with the run's options.
 
-Per module it knows:
+Per module it knows (the flow across modules, issue 30, is read by ``project_flow.py``):
 
 - the local imports, resolved to files of the project (``from utils import NativeScaler``,
   ``from .engine import train_one_epoch``, ``import utils as U``);
@@ -32,6 +32,10 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .project_flow import dotted as _dotted
+from .project_flow import (loop_model_calls, own_calls, per_step_functions, random_slice_helpers,
+                           reads_through_own_calls, walk_ast)
 
 # What a helper does: "backward", "step" (an optimizer update).
 BACKWARD, STEP = "backward", "step"
@@ -66,6 +70,16 @@ class ModuleInfo:
     # class -> the weights its methods tie (``self.a.weight = self.b.weight``), as (left, right) attribute
     # paths below the object (issue 36: the device move unties them on XLA)
     ties: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # (loop line, callee as written, class as written) of each call, in a loop, of a name bound to an object
+    # of a class (``model = Decoder().to(device)`` ... ``model(x)`` in a loop): the classes whose forward
+    # runs every step (issue 30)
+    loop_models: tuple[tuple[int, str, str], ...] = ()
+    # function or method -> the calls of its own code: ("name", f) a plain call, ("self", m) a method of its
+    # class, to follow the forward of a model into the helpers it calls
+    calls: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # function -> (line, code) of its first tensor-style slice (several dimensions or ``...``) at offsets a
+    # ``random.*`` / ``np.random.*`` draw gives: a random crop helper (issue 30, XLA312)
+    random_slices: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,8 @@ class ProjectIndex:
     edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # name -> instance_class's answer, filled as asked (the step model asks for every call of a name).
     _instance_classes: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
+    # (file, function) -> how a loop of another module runs it every step; filled on first use
+    _per_step: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
 
     # Queries ---------------------------------------------------------------------------------------------
     def relative(self, path: str) -> str | None:
@@ -142,6 +158,13 @@ class ProjectIndex:
             module, _, rest = module.rpartition(".")
             name = f"{rest}.{name}"
         return None
+
+    def random_slice(self, rel: str, qualified: str) -> tuple[str, int, str] | None:
+        """Where calling the function ``qualified`` (as ``rel`` sees it) slices at host-random offsets."""
+        module, _, name = qualified.rpartition(".")
+        target = self.resolve(rel, module) if module else None
+        found = self.modules[target].random_slices.get(name) if target is not None else None
+        return (target, *found) if found else None
 
     def class_ties(self, rel: str, qualified: str) -> tuple[tuple[str, str], ...]:
         """The ties of the project class ``qualified`` names (as ``rel`` imports it), or ()."""
@@ -211,7 +234,22 @@ class ProjectIndex:
                 return None
             wanted = last if head else attribute
             return (target, wanted) if wanted in self.modules[target].classes else None
+        if not head:  # ``from models import *``
+            for key, (module, _) in info.imports.items():
+                target = self.resolve(rel, module) if key.startswith("*") else None
+                if target is not None and class_name in self.modules[target].classes:
+                    return target, class_name
         return None
+
+    def per_step(self, rel: str, qualified: str) -> str | None:
+        """How a loop of another module runs the function ``qualified`` of ``rel`` every step ("the loop at
+        train.py:12: model(...)"), or None: the ``forward`` of a model class whose object a loop calls
+        (imported from this module, also by a star import), and the project's functions and methods that
+        forward calls (issue 30: its reads are reads of every step)."""
+        if not self._per_step:
+            self._per_step[("", "")] = ""  # computed (even when nothing runs per step)
+            self._per_step.update(per_step_functions(self))
+        return self._per_step.get((rel, qualified))
 
     def view(self, path: str) -> ProjectFile | None:
         rel = self.relative(path)
@@ -257,6 +295,23 @@ class ProjectFile:
 
     def class_ties(self, qualified: str) -> tuple[tuple[str, str], ...]:
         return self.index.class_ties(self.rel, qualified)
+
+    def method_reads(self, class_name: str, method: str) -> tuple[str, int, str] | None:
+        """Where ``obj.method()`` reads a tensor's value to the host, for an object of the project class
+        ``class_name`` as this file spells it (``self.mp_trainer = MixedPrecisionTrainer(model)``): (file,
+        line, code), or None."""
+        found = self.index._class_file(self.rel, class_name)
+        if found is None:
+            return None
+        defined, name = found
+        read = self.index.modules[defined].read_helpers.get(f"{name}.{method}")
+        return (defined, *read) if read else None
+
+    def per_step(self, qualified: str) -> str | None:
+        return self.index.per_step(self.rel, qualified)
+
+    def random_slice(self, qualified: str) -> tuple[str, int, str] | None:
+        return self.index.random_slice(self.rel, qualified)
 
     def instance_effects(self, name: str, method: str = "__call__") -> tuple[str, ...]:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
@@ -325,9 +380,11 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     main_block = False
     reads: dict[str, tuple[int, str]] = {}
     ties: dict[str, tuple[tuple[str, str], ...]] = {}
+    calls_of: dict[str, tuple[tuple[str, str], ...]] = {}
     for statement in tree.body:
         _imports_of(statement, package, imports)
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            calls_of[statement.name] = own_calls(statement)
             calls = _calls_in(statement)
             effects = _effects(calls)
             if effects:
@@ -344,6 +401,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                 ties[statement.name] = tied
             for item in statement.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    calls_of[f"{statement.name}.{item.name}"] = own_calls(item)
                     calls = _calls_in(item)
                     effects = _effects(calls)
                     if effects:
@@ -386,9 +444,11 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                     target.attr if isinstance(target, ast.Attribute) else None)
                 if bound is not None:
                     instances.append((bound, made))
+    reads_through_own_calls(reads, calls_of)
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
-                      ties=ties)
+                      ties=ties, loop_models=loop_model_calls(tree), calls=calls_of,
+                      random_slices=random_slice_helpers(tree))
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
@@ -420,17 +480,6 @@ def _is_main_guard(test: ast.expr) -> bool:
             and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators))
 
 
-def _dotted(node: ast.expr) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
 def _receiver_name(call: ast.Call) -> str:
     if isinstance(call.func, ast.Attribute):
         dotted = _dotted(call.func.value)
@@ -445,25 +494,6 @@ def _calls_in(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call
     """Every call in the function (nested functions and classes included), walked once for ``_effects`` and
     ``_saves``."""
     return [node for node in walk_ast(function) if isinstance(node, ast.Call)]
-
-
-def walk_ast(tree: ast.AST) -> list[ast.AST]:
-    """``list(ast.walk(tree))``, in the same order (breadth first), for about half its time (no generators)."""
-    nodes = [tree]
-    index = 0
-    append, AST = nodes.append, ast.AST
-    while index < len(nodes):
-        node = nodes[index]
-        index += 1
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if isinstance(value, AST):
-                append(value)
-            elif isinstance(value, list):
-                for item in value:
-                    if isinstance(item, AST):
-                        append(item)
-    return nodes
 
 
 def _effects(calls: list[ast.Call]) -> tuple[str, ...]:

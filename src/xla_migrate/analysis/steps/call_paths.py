@@ -130,7 +130,20 @@ class CallPaths:
             found = project.helper_reads(name) or project.helper_reads(name + ".__call__")
             if found:
                 return found
-        return None
+        held = self._held_project_class(call)
+        return project.method_reads(*held) if held is not None else None
+
+    def _held_project_class(self, call: cst.Call) -> tuple[str, str] | None:
+        """(class as this module spells it, method) for ``self.attr.method(...)`` where ``__init__`` bound
+        ``self.attr`` to an object of a class this module imports (``self.mp_trainer.optimize(opt)``)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)
+                and isinstance(func.value.value, cst.Name) and func.value.value.value == "self"):
+            return None
+        function = self.function_of(call)
+        own_class = self._c.function_class.get(function) if function is not None else None
+        held = self._c.self_instances.get((own_class, func.value.attr.value)) if own_class else None
+        return (held, func.attr.value) if held is not None and held not in self._c.methods else None
 
     def _instance_anywhere(self, name: str) -> str | None:
         """The local class an object of this name is made from anywhere in the module, when only one is: an

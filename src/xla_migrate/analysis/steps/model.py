@@ -26,6 +26,9 @@ from .step_end import final_sites
 if TYPE_CHECKING:
     from ...engine.context import MigrationContext
 
+# Engines that run a process function once per batch in a loop of their own (ignite).
+ENGINES = ("ignite.engine.Engine", "ignite.engine.engine.Engine", "ignite.engine.DeterministicEngine")
+
 
 # The model -----------------------------------------------------------------------------------------------
 
@@ -265,6 +268,39 @@ class StepModel(CallPaths, GradientReductions):
         if function is not None and function in self.step_functions:
             step, path = self.step_functions[function]
             return Region(step, path, function)
+        return None
+
+    def foreign_step(self, node: cst.CSTNode) -> str | None:
+        """`` in Decoder.forward (run every step by the loop at train.py:12: model(...))`` when ``node`` lies
+        in a function that a loop of another module runs every step (the project index: the forward of a
+        model class imported there, and the functions it calls); else None. Only for nodes no loop of this
+        module reaches (``region`` is None)."""
+        project = self.ctx.project
+        function = self.function_of(node)
+        if project is None or function is None or self._c.function_parent.get(function) is not None:
+            return None
+        owner = self._c.function_class.get(function)
+        qualified = f"{owner}.{function.name.value}" if owner else function.name.value
+        how = project.per_step(qualified)
+        return f" in {qualified} (run every step by {how})" if how else None
+
+    def engine_step(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The process function an ignite ``Engine(train_step)`` runs once per iteration, when it is a
+        function of this module that runs a whole training step (a backward and an optimizer update, not in
+        a loop of its own) and marks no step: the engine's loop is ignite's, so no loop here gets the barrier
+        (issue 30: one graph grew over 50 iterations). Else None."""
+        if not self.ctx.qualnames(call.func) & set(ENGINES):
+            return None
+        args = patterns.positional(call)
+        if not args or not isinstance(args[0].value, cst.Name):
+            return None
+        target = self._resolve(args[0].value, self.function_of(call))
+        if target is None or not isinstance(target.body, cst.IndentedBlock):
+            return None
+        events = self.effects(target)
+        kinds = {e.kind for e in events if not e.nested}
+        if BACKWARD in kinds and STEP in kinds and not any(e.kind == BARRIER for e in events):
+            return target
         return None
 
     def _region_in(self, step: StepLoop, function: Function) -> Region:
