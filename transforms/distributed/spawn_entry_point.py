@@ -8,13 +8,18 @@ What it does:
       launcher starts one worker per device, so ``nprocs`` and ``join`` go. A device count the launcher
       passes to the workers (``ngpus_per_node = torch.cuda.device_count()``, then ``batch_size /
       ngpus_per_node`` in the worker) is CUDA's, 0 on an XLA host: the worker rebinds that parameter to the
-      XLA world size first thing (one process per device; on one host, the device count).
+      XLA world size first thing (one process per device; on one host, the device count). So does an
+      attribute of an object passed to the workers that holds the count (barlowtwins:
+      ``args.ngpus_per_node = torch.cuda.device_count()``, ``args.world_size = args.ngpus_per_node``):
+      ``args.world_size = xr.world_size()`` at the top of the worker.
     - Otherwise (torchrun scripts), ``def _mp_fn(index): main()`` is added once, right after the entry
       function, and the ``__main__`` block launches it instead of calling the entry function:
       ``main(args)`` becomes ``xmp.spawn(_mp_fn, args=(args,))`` with ``def _mp_fn(index, args):
       main(args)``. The entry function is the module-level function the ``__main__`` block calls (or a
       ``main()`` called at the top level, which gets a ``__main__`` guard).
     - A script with no such function is reported: wrap its top-level training code in ``def main():``.
+      (``--data-parallel auto`` gives a torchrun script of that shape the ddp form on ``2.9``, which keeps
+      torchrun as its launcher: analysis/torchrun_script.py.)
     - Where the XLA device is created at import time (a module-level ``device = xm.xla_device()``), a
       finding says to create it inside the worker.
     - In a project (a tree run, or ``--project``), only entry files get the entry point: a helper module
