@@ -623,6 +623,9 @@ MODULE_LEVEL = {
     "init_process_group env://": (
         'dist.init_process_group("nccl", "env://")\ndevice = "cuda"\n' + TRAINING, 7,
         "dist.init_process_group('nccl', 'env://')"),
+    "xla:// (a script already in the ddp form)": (
+        'dist.init_process_group("xla", init_method="xla://")\ndevice = "cuda"\n' + TRAINING, 7,
+        "dist.init_process_group('xla', init_method='xla://')"),
     "an env rank under a launcher flag": (
         'ddp = int(os.environ.get("RANK", -1)) != -1\ndevice = "cuda"\n' + TRAINING, 7,
         "reads RANK from the environment"),

@@ -2,9 +2,9 @@
 from the standard ``ast`` of a module, for the data-parallel choice (data_parallel.py).
 
 Such a script joins torchrun's rendezvous at module level (``dist.init_process_group`` with ``env://`` or no
-``init_method``, ``int(os.environ["RANK"])``) and has no function the XLA launcher could start on each worker:
-no ``if __name__ == "__main__":`` block (or module-level statement) calling one of its own functions, no
-``_mp_fn``, no ``spawn`` / ``torch_xla.launch``. The xm form needs that function (XLA407 reports its absence),
+``init_method``, or ``xla://`` once migrated to the ddp form; ``int(os.environ["RANK"])``) and has no function
+the XLA launcher could start on each worker: no ``if __name__ == "__main__":`` block (or module-level
+statement) calling one of its own functions, no ``_mp_fn``, no ``spawn`` / ``torch_xla.launch``. The xm form needs that function (XLA407 reports its absence),
 so under ``torchrun --nproc_per_node=2`` each process of its output would be a world-size-1 job: both master,
 nothing reduced across them. The ddp form keeps torchrun's rendezvous (``xla://``) and trains as one.
 
@@ -102,7 +102,7 @@ def _evidence(node: ast.AST) -> Rendezvous | None:
         method = next((k.value for k in node.keywords if k.arg == "init_method"),
                       node.args[1] if len(node.args) > 1 else None)
         if method is None or (isinstance(method, ast.Constant) and isinstance(method.value, str)
-                              and method.value.startswith("env://")):
+                              and method.value.startswith(("env://", "xla://"))):
             return Rendezvous(line, _short(node))
         return None
     variable = _environment_variable(node)
