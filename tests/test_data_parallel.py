@@ -388,8 +388,12 @@ def test_xm_form_reports_each_update_it_leaves_unreduced_and_exits_1(tmp_path):
 
 # What auto chooses for the runnable fixtures and fixture projects (the proof tier runs both forms of each) --------
 
-AUTO_FORMS = {"ddp_torchrun": "xm", "ddp_env_flag": "xm", "ddp_helpers": "xm", "ddp_world_size_arg": "xm",
-              "ddp_amp_branches": "ddp", "gan_four_updates": "ddp"}
+AUTO_FORMS = {"ddp_torchrun": "xm", "ddp_helpers": "xm", "ddp_world_size_arg": "xm",
+              "ddp_amp_branches": "ddp", "gan_four_updates": "ddp",
+              # module-level torchrun scripts: the ddp form where torchrun's rendezvous exists (xla://, 2.9);
+              # sagemaker's ddp form needs xmp.spawn too, so its xm form stays (XLA407 reports no entry function)
+              "ddp_env_flag": {"sagemaker": "xm", "2.9": "ddp"},
+              "torchrun_module_level": {"sagemaker": "xm", "2.9": "ddp"}}
 PROJECT_FORMS = {
     "ddp_project": ("ddp", "utils.py:45: the update runs in LossScaler.__call__, which no training loop of its "
                            "module calls (a helper another module's loop calls)"),
@@ -406,7 +410,8 @@ def test_auto_form_of_each_runnable_fixture(name, target):
     path = FIXTURES / "runnable" / f"{name}.py"
     path = path if path.exists() else FIXTURES / "scripts" / f"{name}.in.py"
     result = migrate(path.read_bytes(), target=target, path=path.name)
-    assert result.data_parallel == AUTO_FORMS[name], result.data_parallel_reason
+    expected = AUTO_FORMS[name] if isinstance(AUTO_FORMS[name], str) else AUTO_FORMS[name][target]
+    assert result.data_parallel == expected, result.data_parallel_reason
 
 
 @pytest.mark.parametrize("name", sorted(PROJECT_FORMS))
@@ -596,3 +601,94 @@ def test_module_under_the_scripts_own_flag_goes_with_the_wrapper():
             "        for tensor in [*model.parameters(), *model.buffers()]:\n"
             "            xm.collective_broadcast([tensor], root_ordinal=0)\n") in code
     assert migrate(source, target="sagemaker").data_parallel == "xm"
+
+
+# A torchrun script whose training code runs at module level (llama2.c's train.py): the ddp form --------------------
+
+TRAINING = """\
+model = DDP(torch.nn.Linear(2, 2).to(device))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+"""
+HEAD = "import os\n\nimport torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+TORCHRUN_REASON = ("auto: a torchrun script whose training code runs at module level (line {line}: {what}) with no "
+                   "function to launch on each XLA worker")
+MODULE_LEVEL = {
+    "init_process_group with no init_method": (
+        'dist.init_process_group(backend="nccl")\ndevice = "cuda"\n' + TRAINING, 7,
+        "dist.init_process_group(backend='nccl')"),
+    "init_process_group env://": (
+        'dist.init_process_group("nccl", "env://")\ndevice = "cuda"\n' + TRAINING, 7,
+        "dist.init_process_group('nccl', 'env://')"),
+    "xla:// (a script already in the ddp form)": (
+        'dist.init_process_group("xla", init_method="xla://")\ndevice = "cuda"\n' + TRAINING, 7,
+        "dist.init_process_group('xla', init_method='xla://')"),
+    "an env rank under a launcher flag": (
+        'ddp = int(os.environ.get("RANK", -1)) != -1\ndevice = "cuda"\n' + TRAINING, 7,
+        "reads RANK from the environment"),
+    "a rank test in a module-level if": (
+        'if "LOCAL_RANK" in os.environ:\n    device = "cuda"\n' + TRAINING, 7,
+        "reads LOCAL_RANK from the environment"),
+}
+NOT_MODULE_LEVEL = {
+    # a function the xm form launches: XLA407 wraps it in _mp_fn
+    "a __main__ block calling main": 'def main():\n    dist.init_process_group("nccl")\n    device = "cuda"\n'
+                                     + "".join(f"    {line}\n" for line in TRAINING.splitlines())
+                                     + 'if __name__ == "__main__":\n    main()\n',
+    "evidence only in a helper function": 'def setup():\n    return int(os.environ["LOCAL_RANK"])\n\n\n'
+                                          'device = "cuda"\n' + TRAINING,
+    "a tcp:// rendezvous (not torchrun's)": 'dist.init_process_group("nccl", init_method="tcp://10.0.0.1:23456", '
+                                            'rank=0, world_size=2)\ndevice = "cuda"\n' + TRAINING,
+    "the script spawns its workers": 'import torch.multiprocessing as mp\nrank = int(os.environ["RANK"])\n'
+                                     'def worker(i):\n    device = "cuda"\n'
+                                     + "".join(f"    {line}\n" for line in TRAINING.splitlines())
+                                     + "mp.spawn(worker, nprocs=2)\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MODULE_LEVEL))
+def test_auto_gives_a_module_level_torchrun_script_the_ddp_form_where_torchrun_rendezvous_exists(shape):
+    body, line, what = MODULE_LEVEL[shape]
+    result = migrate(HEAD + body, target="2.9")
+    assert result.error is None and result.data_parallel == "ddp"
+    assert result.data_parallel_reason.startswith(TORCHRUN_REASON.format(line=line, what=what)), \
+        result.data_parallel_reason
+    assert "init_process_group(\"xla\", init_method=\"xla://\")" in result.code or "dist." not in body
+    # sagemaker's ddp form is launched by xmp.spawn, which needs the same missing function: no such reason there
+    assert "torchrun" not in migrate(HEAD + body, target="sagemaker").data_parallel_reason
+
+
+@pytest.mark.parametrize("shape", sorted(NOT_MODULE_LEVEL))
+def test_a_script_with_a_launchable_function_or_no_torchrun_evidence_at_module_level_keeps_xm(shape):
+    result = migrate(HEAD + NOT_MODULE_LEVEL[shape], target="2.9")
+    assert result.error is None and result.data_parallel == "xm", result.data_parallel_reason
+
+
+def test_a_project_with_a_module_level_torchrun_entry_is_ddp_in_every_module(tmp_path):
+    """The entry script runs its training at module level; its helper module (imported, so not a script) reads
+    RANK at module level too. Every module gets the ddp form with the entry's line; the same helper imported
+    by an entry that has a main() is no evidence."""
+    from xla_migrate.analysis.project import build_index
+
+    (tmp_path / "utils.py").write_text('import os\nimport torch.distributed as dist\n\nRANK = int(os.environ.get('
+                                       '"RANK", 0))\n\n\ndef is_master():\n    return dist.get_rank() == 0\n')
+    (tmp_path / "train.py").write_text(HEAD + "import utils\n" + 'dist.init_process_group("nccl")\n'
+                                       'device = "cuda"\n' + TRAINING)
+    files = sorted(tmp_path.glob("*.py"))
+    index = build_index(str(tmp_path), [str(f) for f in files])
+    results = {f.name: migrate(f.read_bytes(), target="2.9", path=str(f), project=index) for f in files}
+    assert {r.data_parallel for r in results.values()} == {"ddp"}
+    assert {r.data_parallel_reason for r in results.values()} == {
+        results["train.py"].data_parallel_reason}
+    assert "(train.py:8: dist.init_process_group('nccl'))" in results["train.py"].data_parallel_reason
+    (tmp_path / "train.py").write_text(HEAD + "import utils\n\n\ndef main():\n    dist.init_process_group("
+                                       '"nccl")\n    device = "cuda"\n'
+                                       + "".join(f"    {line}\n" for line in TRAINING.splitlines())
+                                       + '\n\nif __name__ == "__main__":\n    main()\n')
+    index = build_index(str(tmp_path), [str(f) for f in files])
+    entry = migrate((tmp_path / "train.py").read_bytes(), target="2.9", path=str(tmp_path / "train.py"),
+                    project=index)
+    assert entry.data_parallel == "xm", entry.data_parallel_reason

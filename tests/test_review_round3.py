@@ -83,8 +83,6 @@ def test_cuda_kernel_library_imports_are_reported(migrated, target):
     assert not missing, f"kept without a finding: {missing}; findings: {_show(run.findings['model.py'])}"
 
 
-@known_defect(28, "the CUDA device count that fed args.world_size is kept (XLA103 only) under an unconditional "
-                  "launch: every worker divides by 0 (ZeroDivisionError)")
 @BOTH
 def test_world_size_from_a_device_count_comes_from_the_runtime(migrated, target):
     run = migrated("28-device-count-kept-as-world-size", target)

@@ -27,7 +27,7 @@ from xla_migrate.verify import replica_probe
 pytestmark = pytest.mark.xla
 
 DISTRIBUTED = ["ddp_torchrun", "ddp_env_flag", "ddp_helpers", "ddp_world_size_arg", "ddp_amp_branches",
-               "gan_four_updates"]
+               "gan_four_updates", "torchrun_module_level"]
 # (env, target, form): where each form applies.
 RUNS = [("current", "2.9", "ddp"), ("sagemaker", "2.9", "ddp"), ("current", "2.9", "xm"),
         ("sagemaker", "sagemaker", "xm")]
@@ -35,7 +35,10 @@ RUNS = [("current", "2.9", "ddp"), ("sagemaker", "2.9", "ddp"), ("current", "2.9
 # shared 2-core machine): the 2.9 target's xm form on torch_xla 2.9, the sagemaker target's ddp form (torch_xla
 # 1.13's process group, xmp.spawn) on 2.6.1.
 PAIR = [("current", "2.9", "xm"), ("sagemaker", "sagemaker", "ddp")]
-RUNS_OF = {"ddp_amp_branches": PAIR, "gan_four_updates": PAIR}
+RUNS_OF = {"ddp_amp_branches": PAIR, "gan_four_updates": PAIR,
+           # module-level torchrun script: auto's ddp form on 2.9 (torchrun stays the launcher) and the xm form
+           # asked for by name, which runs its module level as it is (XLA407: no function to launch)
+           "torchrun_module_level": [("current", "2.9", "ddp"), ("current", "2.9", "xm")]}
 # More runs: the 2.9 target's xm collectives (xm.all_gather, xm.collective_broadcast) on 2.6.1 too; the
 # sagemaker target's ddp form.
 EXTRA_RUNS = {"ddp_helpers": [("sagemaker", "2.9", "xm"), ("sagemaker", "sagemaker", "ddp")],

@@ -8,13 +8,18 @@ What it does:
       launcher starts one worker per device, so ``nprocs`` and ``join`` go. A device count the launcher
       passes to the workers (``ngpus_per_node = torch.cuda.device_count()``, then ``batch_size /
       ngpus_per_node`` in the worker) is CUDA's, 0 on an XLA host: the worker rebinds that parameter to the
-      XLA world size first thing (one process per device; on one host, the device count).
+      XLA world size first thing (one process per device; on one host, the device count). So does an
+      attribute of an object passed to the workers that holds the count (barlowtwins:
+      ``args.ngpus_per_node = torch.cuda.device_count()``, ``args.world_size = args.ngpus_per_node``):
+      ``args.world_size = xr.world_size()`` at the top of the worker.
     - Otherwise (torchrun scripts), ``def _mp_fn(index): main()`` is added once, right after the entry
       function, and the ``__main__`` block launches it instead of calling the entry function:
       ``main(args)`` becomes ``xmp.spawn(_mp_fn, args=(args,))`` with ``def _mp_fn(index, args):
       main(args)``. The entry function is the module-level function the ``__main__`` block calls (or a
       ``main()`` called at the top level, which gets a ``__main__`` guard).
     - A script with no such function is reported: wrap its top-level training code in ``def main():``.
+      (``--data-parallel auto`` gives a torchrun script of that shape the ddp form on ``2.9``, which keeps
+      torchrun as its launcher: analysis/torchrun_script.py.)
     - Where the XLA device is created at import time (a module-level ``device = xm.xla_device()``), a
       finding says to create it inside the worker.
     - In a project (a tree run, or ``--project``), only entry files get the entry point: a helper module
@@ -142,12 +147,15 @@ class SpawnEntryPoint(Rule):
         parameters = worker.params.params
         statements = []
         for position, element in enumerate(args.elements):
-            if not (isinstance(element.value, cst.Name) and element.value.value in counts):
-                continue
-            if position + 1 >= len(parameters):
+            if position + 1 >= len(parameters) or not isinstance(element.value, cst.Name):
                 continue
             name = parameters[position + 1].name.value
-            statements.append(self.ctx.statement(f"{name} = {self.ctx.spell('world_size')}"))
+            if element.value.value in counts:
+                statements.append(self.ctx.statement(f"{name} = {self.ctx.spell('world_size')}"))
+                continue
+            # an object carrying the count (barlowtwins: args.world_size = args.ngpus_per_node = the CUDA count)
+            for attribute in self._device_count_attributes(node, element.value.value, counts):
+                statements.append(self.ctx.statement(f"{name}.{attribute} = {self.ctx.spell('world_size')}"))
         if not statements:
             return
         statements[0] = statements[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
@@ -158,14 +166,34 @@ class SpawnEntryPoint(Rule):
                    "size in the worker: the device count passed by the launcher was torch.cuda.device_count()")
         (self.insert_after if where == "after" else self.insert_before)(anchor, statements, message)
 
-    def _device_count_names(self, node: cst.Call) -> set[str]:
-        """Names the function holding ``node`` binds to ``torch.cuda.device_count()``."""
+    def _device_count_attributes(self, node: cst.Call, holder: str, counts: set[str]) -> list[str]:
+        """Attributes of ``holder`` the function launching ``node`` binds to the CUDA device count, directly or
+        through a count name or another such attribute (``args.world_size = args.ngpus_per_node``), in order."""
+        found: list[str] = []
+        for assign in patterns.find_all(self._launching_scope(node), lambda n: isinstance(n, cst.Assign)):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                    and target.value.value == holder):
+                continue
+            value = assign.value
+            if (self.ctx.is_call_to(value, "torch.cuda.device_count")
+                    or (isinstance(value, cst.Name) and value.value in counts)
+                    or (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name)
+                        and value.value.value == holder and value.attr.value in found)):
+                if target.attr.value not in found:
+                    found.append(target.attr.value)
+        return found
+
+    def _launching_scope(self, node: cst.Call) -> cst.CSTNode:
         function = self.ctx.parent(node)
         while function is not None and not isinstance(function, cst.FunctionDef):
             function = self.ctx.parent(function)
-        root = function if function is not None else self.ctx.module
+        return function if function is not None else self.ctx.module
+
+    def _device_count_names(self, node: cst.Call) -> set[str]:
+        """Names the function holding ``node`` binds to ``torch.cuda.device_count()``."""
         names = set()
-        for assign in patterns.find_all(root, lambda n: isinstance(n, cst.Assign)):
+        for assign in patterns.find_all(self._launching_scope(node), lambda n: isinstance(n, cst.Assign)):
             if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
                     and self.ctx.is_call_to(assign.value, "torch.cuda.device_count")):
                 names.add(assign.targets[0].target.value)

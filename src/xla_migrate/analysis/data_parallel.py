@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ..syntax import patterns
-from . import update_sites
+from . import torchrun_script, update_sites
 from .facts import is_optimizer_param_name
 from .steps.collect import _is_scaler, _receiver
 from .steps.kinds import BACKWARD, CLIP, GRAD, OPTIMIZER_STEP, STEP, UNSCALE
@@ -66,6 +66,10 @@ def choose_form(ctx: MigrationContext, context_for: Callable[[str], MigrationCon
     ``context_for(rel)``: the analysis of another file of the project (the engine's; or why it has none), for
     the module that holds the program's update."""
     rel, program = _program(ctx)
+    if ctx.target.torchrun_rendezvous:
+        script = torchrun_module_script(ctx)
+        if script is not None:
+            return Verdict("ddp", script)
     doubt, owner = program_doubt(program)
     if doubt is not None:
         return Verdict("ddp", doubt)
@@ -76,6 +80,27 @@ def choose_form(ctx: MigrationContext, context_for: Callable[[str], MigrationCon
     if context_for is None:
         return Verdict("ddp", f"the update is in {owner}, which is not analysed here")
     return _owner_verdict_elsewhere(ctx, owner, context_for)
+
+
+def torchrun_module_script(ctx: MigrationContext) -> str | None:
+    """Why the program is a torchrun script run at module level (torchrun_script.py), or None: the xm form has no
+    function to launch on each worker there, so under torchrun each process would train alone. In a project, any
+    module of the program that no other module imports (a script, not a helper) counts."""
+    project = ctx.project
+    if project is None:
+        found = [("", torchrun_script.module_level_rendezvous(ctx.input_code))]
+    else:
+        index = project.index
+        found = [(other, torchrun_script.module_level_rendezvous_of_file(os.path.join(index.root, other)))
+                 for other in index.component(project.rel) if not index.importers(other)]
+    for rel, rendezvous in found:
+        if rendezvous is not None:
+            at = f"{rel}:{rendezvous.line}" if rel else f"line {rendezvous.line}"
+            return (f"a torchrun script whose training code runs at module level ({at}: {rendezvous.what}) with "
+                    "no function to launch on each XLA worker: in the xm form each torchrun process would be a "
+                    "world-size-1 job (all masters, nothing reduced across them); the ddp form keeps torchrun's "
+                    "rendezvous (xla://)")
+    return None
 
 
 def _program(ctx: MigrationContext) -> tuple[str, update_sites.Program]:
