@@ -137,6 +137,7 @@ class MigrationContext:
         self.input_text = self._positions.input_text
         self._parents = self._positions.parents
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
+        self.facts.upgrades_xla_code = target.upgrades_xla_code
         # This file's view of the project index (project.py), or None: migrated alone.
         self.project = project
         # Distributed mode: forced by the caller (--distributed / --single), else detected by the facts pass.
