@@ -257,5 +257,6 @@ class GradScalerToXla(Rule):
             shown = self.ctx.parent(shown)
         self.finding(node, f"{short(shown)}: the GradScaler scales nothing on the {self.ctx.target.name} target "
                            "(kept disabled so this still runs)",
-                     "remove this use (a checkpoint's scaler state is not needed); for float16 on torch_xla 2.9 "
-                     "enable the torch.amp.GradScaler('xla') and scale the loss again")
+                     "remove this use (a checkpoint's scaler state is not needed)" + (
+                         "" if self.ctx.target.runtime == "torch_tpu" else "; for float16 on torch_xla 2.9 enable the "
+                         "torch.amp.GradScaler('xla') and scale the loss again"))
