@@ -160,6 +160,13 @@ class TorchXlaToTorchTpu(Rule):
         if isinstance(parent, cst.Arg) and isinstance(self.ctx.parent(parent), cst.Call) and self.ctx.is_call_to(
                 self.ctx.parent(parent), "torch.distributed.init_process_group"):
             return  # XLA704's
+        if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "default" and \
+                patterns.method_call(self.ctx.parent(parent), "add_argument"):
+            # An option's default: the accelerator's type where there is one, else "cpu" (the torch_xla script
+            # had no CPU fallback to keep; "tpu" alone fails on a machine without one).
+            new = patterns.parsed_expression(self.ctx.spell("device_string"))
+            self.replace(node, new, f"{node.value} -> the accelerator's type, else \"cpu\": the option's default")
+            return
         quote = node.value[-1]
         self.replace(node, cst.SimpleString(self.ctx.spell("device_type").replace('"', quote)),
                      f'{node.value} -> "tpu", TorchTPU\'s device type')
