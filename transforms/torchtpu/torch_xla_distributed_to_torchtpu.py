@@ -132,8 +132,9 @@ class TorchXlaDistributedToTorchTpu(Rule):
         parent = self.ctx.parent(node)
         if isinstance(parent, cst.Attribute) or (isinstance(parent, cst.Call) and parent.func is node):
             return
-        if isinstance(parent, (cst.Import, cst.ImportFrom, cst.ImportAlias)) or any(
-                isinstance(p, (cst.Import, cst.ImportFrom)) for p in (parent, self.ctx.parent(parent) if parent else None)):
+        grandparent = self.ctx.parent(parent) if parent is not None else None
+        if isinstance(parent, (cst.Import, cst.ImportFrom, cst.ImportAlias)) or isinstance(
+                grandparent, (cst.Import, cst.ImportFrom)):
             return
         if any(names.is_torch_xla(n) for n in self.ctx.qualnames(node)):
             self.finding(node, f"{short(node)}: a torch_xla name, no TorchTPU mapping here", "replace it by hand")

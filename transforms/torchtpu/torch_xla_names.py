@@ -28,8 +28,10 @@ SEEDS = (f"{XM}.set_rng_state", *both("torch_xla.manual_seed"))
 CACHE = (f"{XR}.initialize_cache",)
 # torch's own APIs that name the device type: "xla" in them becomes "tpu".
 TYPED = ("torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.device")
-SINGLE_DEVICE = (("torch_xla.amp.GradScaler", "torch_xla.amp.grad_scaler.GradScaler") + DEVICE + BARRIER + WAIT + OPTIMIZER_STEP + DEVICE_LOADER + PARALLEL_LOADER + SAVE + STEP_CLOSURE
-                 + SYNCFREE + AUTOCAST + SEEDS + CACHE)
+# torch_xla's GradScaler is XLA202's (removed with its calls where the target has no scaler).
+SCALERS = ("torch_xla.amp.GradScaler", "torch_xla.amp.grad_scaler.GradScaler")
+SINGLE_DEVICE = (SCALERS + DEVICE + BARRIER + WAIT + OPTIMIZER_STEP + DEVICE_LOADER + PARALLEL_LOADER + SAVE
+                 + STEP_CLOSURE + SYNCFREE + AUTOCAST + SEEDS + CACHE)
 
 # XLA704: ranks, launch, collectives, SPMD.
 ORDINAL = (f"{XM}.get_ordinal", f"{XR}.global_ordinal")

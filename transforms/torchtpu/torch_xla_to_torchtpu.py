@@ -137,7 +137,8 @@ class TorchXlaToTorchTpu(Rule):
 
     # The device ------------------------------------------------------------------------------------------
     def _device(self, node: cst.Call) -> None:
-        new = patterns.parsed_expression(names.quoted_for(self.ctx.spell("device"), names.fstring_quote(self.ctx, node)))
+        code = names.quoted_for(self.ctx.spell("device"), names.fstring_quote(self.ctx, node))
+        new = patterns.parsed_expression(code)
         if isinstance(self.ctx.parent(node), _TIGHT):
             new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         self.replace(node, new, f"{short(node)} -> the accelerator device (the CPU without one)")
