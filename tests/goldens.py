@@ -21,6 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 WHOLE_SCRIPTS = "scripts"
+# torch_xla scripts (this tool's sagemaker and 2.9 outputs of the runnable fixtures) upgraded to TorchTPU by
+# every rule: torchtpu only (the torch_xla targets leave code on XLA as it is).
+UPGRADES = "upgrades"
 # Folders that are not golden pairs.
 NOT_GOLDEN = {"runnable", "examples", "realistic"}
 
@@ -48,7 +51,7 @@ class Case:
 
     @property
     def select(self) -> list[str] | None:
-        return None if self.folder == WHOLE_SCRIPTS else [self.folder]
+        return None if self.folder in (WHOLE_SCRIPTS, UPGRADES) else [self.folder]
 
     @property
     def id(self) -> str:
@@ -104,6 +107,8 @@ def _is_distributed(folder: str, source: Path) -> bool:
         return True
     from xla_migrate import migrate
 
+    if folder == UPGRADES:
+        return False  # only torchtpu, which has no data-parallel forms
     select = None if folder == WHOLE_SCRIPTS else [folder]
     return bool(migrate(source.read_bytes(), target="2.9", select=select, path=source.name).data_parallel)
 
@@ -111,6 +116,8 @@ def _is_distributed(folder: str, source: Path) -> bool:
 def _targets_of(folder: str, all_targets: list[str]) -> list[str]:
     if folder == WHOLE_SCRIPTS:
         return all_targets
+    if folder == UPGRADES:
+        return ["torchtpu"]
     from xla_migrate.engine.registry import all_rules
 
     for rule in all_rules():

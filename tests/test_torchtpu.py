@@ -184,12 +184,16 @@ def test_leftovers_without_xla900_are_silent_on_torchtpu():
     assert "not migrated for torchtpu yet" in message
 
 
-def test_cuda_tests_of_code_already_on_xla_stay_with_their_branches():
-    # The engine leaves the branches of a CUDA test in code already on torch_xla alone; rewriting the test
-    # alone made the next run rewrite the branch (hypothesis: not idempotent).
+def test_code_already_on_xla_is_upgraded_with_its_cuda_gates():
+    # The torchtpu target upgrades torch_xla code (XLA703/XLA704) instead of leaving it: the CUDA gate of such a
+    # file is migrated with the rest, once (before the upgrade, rewriting the test alone made the next run
+    # rewrite the branch: hypothesis found it not idempotent).
     source = ("import torch\nimport torch_xla.core.xla_model as xm\n\n\ndef build(device):\n"
               "    if torch.cuda.is_available():\n        print(torch.cuda.max_memory_allocated())\n"
               "    fused = device.type == 'cuda'\n    return fused\n\n\nbuild(xm.xla_device())\n")
     first = migrate(source, target="torchtpu")
-    assert "if torch.cuda.is_available():" in first.code and "device.type == 'tpu'" in first.code
+    assert "if torch.accelerator.is_available():" in first.code and "device.type == 'tpu'" in first.code
+    assert "torch_xla" not in first.code and "xm." not in first.code
     assert migrate(first.code, target="torchtpu").code == first.code
+    # The torch_xla targets still leave code on XLA as it is.
+    assert migrate(source, target="2.9").code == source

@@ -4,7 +4,8 @@ Nothing here runs on a TPU (there is none): each runnable fixture's torchtpu out
 environment with CUDA hidden and ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (with torch_tpu installed, a CPU backward
 hung on libtpu's metadata retries without it), and must print the original's losses (fp32: 1e-6). The torch
 names the target writes (torch.accelerator, torch.autocast...) must exist in that torch; the torch.tpu ones are
-checked against the torch_tpu wheel by tests/test_torchtpu.py.
+checked against the torch_tpu wheel by tests/test_torchtpu.py. The same fixtures' sagemaker and 2.9 outputs,
+upgraded with --target torchtpu (XLA703/XLA704), must print the original's losses too.
 """
 
 from __future__ import annotations
@@ -60,6 +61,28 @@ def test_torchtpu_output_trains_on_the_cpu_with_the_original_losses(name, tmp_pa
     before, after = xp.parse_losses(original.stdout), xp.parse_losses(migrated.stdout)
     assert before and len(before) == len(after), (before, after)
     worst = max(abs(a - b) for a, b in zip(before, after))
+    assert worst <= TOLERANCE, f"largest loss difference {worst:.3g}"
+
+
+# Upgrade mode (issue 32 point 2): this tool's sagemaker and 2.9 outputs of the same fp32 fixtures, migrated again
+# with --target torchtpu, train on the CPU with the original's losses too.
+@pytest.mark.parametrize("xla_target", ["sagemaker", "2.9"])
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_upgraded_xla_output_trains_on_the_cpu_with_the_original_losses(name, xla_target, tmp_path):
+    python = xp.require_env("current")
+    source = (xp.RUNNABLE / f"{name}.py").read_text()
+    on_xla = migrate(source, target=xla_target, path=f"{name}.py")
+    result = migrate(on_xla.code, target="torchtpu", path=f"{name}.py")
+    assert result.error is None and result.changed, result.error
+    assert "torch_xla" not in result.code.split('"""')[-1]  # the code after the docstring holds no torch_xla
+    original = run(python, xp.cpu_twin(source) if name == "hard_cuda" else source, tmp_path / "original")
+    migrated = run(python, result.code, tmp_path / "migrated")
+    assert original.returncode == 0, original.stderr[-3000:]
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    before, after = xp.parse_losses(original.stdout), xp.parse_losses(migrated.stdout)
+    assert before and len(before) == len(after), (before, after)
+    worst = max(abs(a - b) for a, b in zip(before, after))
+    print(f"{name} {xla_target}->torchtpu: {len(after)} losses, largest difference {worst:.3g}")
     assert worst <= TOLERANCE, f"largest loss difference {worst:.3g}"
 
 

@@ -49,6 +49,8 @@ from xla_migrate.transforms.common import imported_from, joined, parenthesized_f
 CUDA_SCALERS = ("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 # GradScaler(device="cuda", init_scale=..., ...)
 DEVICE_SCALERS = ("torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler")
+# torch_xla's own, removed like the CUDA one where the target upgrades torch_xla code (torchtpu: XLA703).
+XLA_SCALERS = ("torch_xla.amp.GradScaler", "torch_xla.amp.grad_scaler.GradScaler")
 
 
 class GradScalerToXla(Rule):
@@ -72,8 +74,9 @@ class GradScalerToXla(Rule):
     # Constructions -----------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         names = self.ctx.qualnames(node.func)
-        if names & set(CUDA_SCALERS):
-            self._construction(node, sorted(names & set(CUDA_SCALERS))[0], device_index=None)
+        scalers = set(CUDA_SCALERS) | (set(XLA_SCALERS) if self.ctx.target.upgrades_xla_code else set())
+        if names & scalers:
+            self._construction(node, sorted(names & scalers)[0], device_index=None)
         elif names & set(DEVICE_SCALERS):
             index = self._device_index(node)
             if index is not False:
@@ -254,5 +257,6 @@ class GradScalerToXla(Rule):
             shown = self.ctx.parent(shown)
         self.finding(node, f"{short(shown)}: the GradScaler scales nothing on the {self.ctx.target.name} target "
                            "(kept disabled so this still runs)",
-                     "remove this use (a checkpoint's scaler state is not needed); for float16 on torch_xla 2.9 "
-                     "enable the torch.amp.GradScaler('xla') and scale the loss again")
+                     "remove this use (a checkpoint's scaler state is not needed)" + (
+                         "" if self.ctx.target.runtime == "torch_tpu" else "; for float16 on torch_xla 2.9 enable the "
+                         "torch.amp.GradScaler('xla') and scale the loss again"))

@@ -107,7 +107,8 @@ class CudaDeviceToXla(Rule):
         value = self.ctx.spell("device_name")
         quote = "'" if isinstance(literal, cst.SimpleString) and literal.value.startswith("'") else '"'
         self.replace(literal, cst.SimpleString(value.replace('"', quote)),
-                     f"{self._short(literal)} -> {value}: {what} (the XLA device's name; the CPU stays a choice)")
+                     f"{self._short(literal)} -> {value}: {what} (the {self.ctx.device_words}'s name; the CPU stays a "
+                     "choice)")
         self._replaced_whole.add(literal)
 
     def leave_Module(self, original_node: cst.Module) -> None:

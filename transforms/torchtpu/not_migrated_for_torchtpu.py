@@ -4,8 +4,8 @@ What it does:
     Only for ``--target torchtpu``. Reports, without rewriting: ``torch.compile`` with ``mode=`` or
     ``backend="inductor"`` (both raise under TorchTPU, which picks its own ``tpu`` backend);
     ``torch.nn.DataParallel``; FSDP (``FullyShardedDataParallel``, ``fully_shard``) and
-    ``init_device_mesh`` on a CUDA mesh; and imports of ``torch_xla`` (upgrading torch_xla code to
-    TorchTPU is not done yet). The CUDA constructs no rule rewrote are XLA900's.
+    ``init_device_mesh`` on a CUDA mesh. The CUDA constructs no rule rewrote are XLA900's; torch_xla code is
+    upgraded by XLA703 and XLA704, which report what they leave.
 
 Why:
     The torchtpu target is a preview (docs/guide.md, TorchTPU): it maps a single-device CUDA script's idioms
@@ -13,11 +13,9 @@ Why:
 
 Example:
     model = torch.compile(model, mode="max-autotune")
-    import torch_xla.core.xla_model as xm
 
 Use instead:
     model = torch.compile(model)
-    # torch_xla code: see the finding (upgrade to TorchTPU by hand for now)
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ MESH = ("torch.distributed.device_mesh.init_device_mesh", "torch.distributed.ini
 class NotMigratedForTorchTpu(Rule):
     code = "XLA790"
     name = "not-migrated-for-torchtpu"
-    summary = "torch.compile(mode=/inductor), DataParallel, FSDP, CUDA meshes, torch_xla imports: reported (torchtpu)"
+    summary = "torch.compile(mode=/inductor), DataParallel, FSDP, CUDA meshes: reported (torchtpu)"
     targets = ("torchtpu",)
     on_xla_code = True
     reports_only = True
@@ -64,19 +62,3 @@ class NotMigratedForTorchTpu(Rule):
             if first and patterns.is_cuda_string(first[0].value):
                 self.finding(node, f"{short(node)}: a CUDA device mesh, {PREVIEW}",
                              'use init_device_mesh("tpu", ...) by hand')
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            if (patterns.dotted_name(alias.name) or "").split(".")[0] == "torch_xla":
-                self._torch_xla(node)
-                return
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        module = patterns.dotted_name(node.module) if node.module is not None else None
-        if node.relative == () and module and module.split(".")[0] == "torch_xla":
-            self._torch_xla(node)
-
-    def _torch_xla(self, node: cst.CSTNode) -> None:
-        self.finding(node, f"{short(node)}: torch_xla code, upgrading it to TorchTPU is {PREVIEW}",
-                     "replace the torch_xla calls by hand: the device is torch.accelerator's, no mark_step/sync, "
-                     "a plain optimizer.step(), torch.save (docs/guide.md, TorchTPU)")

@@ -144,6 +144,9 @@ class Facts:
     # Calls that show the code already runs on XLA: into torch_xla (its device, loaders, step barrier,
     # optimizer step, launcher, runtime), an ``xla`` process group or ``xla://``, ``torch.device("xla")``.
     xla_signals: list[cst.CSTNode] = field(default_factory=list)
+    # The target upgrades torch_xla code instead of leaving it (torchtpu: XLA703 and XLA704 rewrite it), so code
+    # on torch_xla is migrated as any other.
+    upgrades_xla_code: bool = False
 
     @property
     def distributed(self) -> bool:
@@ -152,8 +155,8 @@ class Facts:
     @property
     def runs_on_xla(self) -> bool:
         """The script already runs on torch_xla: it is not migrated a second time, only its CUDA remnants
-        are (the rules marked ``on_xla_code``)."""
-        return bool(self.xla_signals)
+        are (the rules marked ``on_xla_code``). Not so for a target that upgrades torch_xla code."""
+        return bool(self.xla_signals) and not self.upgrades_xla_code
     # The script builds an ``accelerate.Accelerator``: Accelerate owns its device placement, loaders, optimizer
     # steps and launch, so the device rules (XLA101, XLA301, XLA302, XLA204) leave them alone (XLA605 says so).
     uses_accelerate: bool = False

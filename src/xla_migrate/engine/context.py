@@ -137,6 +137,7 @@ class MigrationContext:
         self.input_text = self._positions.input_text
         self._parents = self._positions.parents
         self.facts: Facts = collect_facts(self.module, self.qualnames, self.scopes)
+        self.facts.upgrades_xla_code = target.upgrades_xla_code
         # This file's view of the project index (project.py), or None: migrated alone.
         self.project = project
         # Distributed mode: forced by the caller (--distributed / --single), else detected by the facts pass.
@@ -455,6 +456,11 @@ class MigrationContext:
             self._scopes_list = list({id(s): s for s in self.scopes.values() if s is not None}.values())
         return self._scopes_list
 
+    @property
+    def device_words(self) -> str:
+        """How messages name the device the output runs on: torch_xla's, or TorchTPU's accelerator."""
+        return "accelerator device" if self.target.runtime == "torch_tpu" else "XLA device"
+
     def spell(self, concept: str, *args: str) -> str:
         """Code for a target concept, e.g. ``spell("optimizer_step", "opt")`` -> ``xm.optimizer_step(opt)``."""
         if self.spmd_form and concept in SPMD_CONCEPTS:
@@ -513,7 +519,7 @@ class MigrationContext:
         statement = self.statement(f"{name} = {value}")
         where, anchor_statement = anchor
         target_list = self.edits.after if where == "after" else self.edits.before
-        change = self.record_change(code, anchor_statement, f"bound the XLA device once: {name} = {value}")
+        change = self.record_change(code, anchor_statement, f"bound the {self.device_words} once: {name} = {value}")
         target_list.setdefault(anchor_statement, []).append((change, [statement]))
         return name
 

@@ -25,6 +25,7 @@ MODULE_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "xs": ("torch_xla.distributed.spmd", "xs"),
     "np": ("numpy", "np"),
     "fsdpv2": ("torch_xla.experimental.spmd_fully_sharded_data_parallel", "fsdpv2"),
+    "os": ("os", "os"),
 }
 
 Version = tuple[int, int]
@@ -74,6 +75,8 @@ class Target:
     # The runtime the output runs on: "torch_xla" (the spellings' releases are torch_xla's), or "torch_tpu"
     # (TorchTPU, DESIGN.md section 10: no torch_xla release applies, so none is chosen or warned about).
     runtime: str = "torch_xla"
+    # Code already on torch_xla is migrated to this target too (torchtpu's upgrade, XLA703/XLA704), not left.
+    upgrades_xla_code: bool = False
 
     def spelling(self, concept: str) -> Spelling:
         try:
@@ -253,6 +256,18 @@ _TORCHTPU = {
     "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("tpu", enabled=False)'),
     "save": Spelling("{torch}.save"),
     "process_group_backend": Spelling('"tpu_dist"'),
+    # Upgrading torch_xla code (XLA703, XLA704). Ranks from torchrun's environment: they hold before and after
+    # the process group is joined (the sagemaker output passes them to init_process_group), and a lone process
+    # (the CPU) is rank 0 of 1.
+    "world_size": Spelling('int({os}.environ.get("WORLD_SIZE", 1))'),
+    "ordinal": Spelling('int({os}.environ.get("RANK", 0))'),
+    "local_ordinal": Spelling('int({os}.environ.get("LOCAL_RANK", 0))'),
+    "is_global_master": Spelling('int({os}.environ.get("RANK", 0)) == 0'),
+    "is_master": Spelling('int({os}.environ.get("LOCAL_RANK", 0)) == 0'),
+    # xm.wait_device_ops(): the accelerator's synchronize, which raises without one (the CPU).
+    "wait_device_ops": Spelling("{torch}.accelerator.synchronize()"),
+    "accelerator_available": Spelling("{torch}.accelerator.is_available()"),
+    "optimizer_class": Spelling("{torch}.optim.{0}"),
 }
 
 TARGETS: dict[str, Target] = {
@@ -286,6 +301,7 @@ TARGETS: dict[str, Target] = {
         torchrun_rendezvous=True,
         pins=("torch>=2.11", "torch_tpu==0.2.0"),
         runtime="torch_tpu",
+        upgrades_xla_code=True,
     ),
 }
 

@@ -1,0 +1,113 @@
+"""Upgrading torch_xla code to TorchTPU (issue 32 point 2): every runnable fixture's ``sagemaker`` and ``2.9``
+outputs (this tool's own) migrated again with ``--target torchtpu``.
+
+For each: the upgrade is idempotent, no torch_xla name (nor an ``"xla"`` device string) is left without a
+finding on its input line, and every ``torch.tpu`` name the output or its findings write is public in the
+torch_tpu 0.2.0 wheel (tests/test_torchtpu.py reads it). The CPU runs of the fp32 ones are in
+tests/xla/test_torchtpu_smoke.py. The torch_xla targets leave code on XLA as it is (goldens).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from output_checks import input_lines_for
+from test_torchtpu import TPU_NAME, dotted_names, is_public
+
+from xla_migrate import migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNABLE = sorted(p.stem for p in (ROOT / "fixtures" / "runnable").glob("*.py"))
+XLA_TARGETS = ("sagemaker", "2.9")
+# A torch_xla name read in code (a module alias of the tool's outputs or torch_xla itself), or an "xla" device.
+TORCH_XLA = re.compile(r"\b(torch_xla|xm|xr|pl|xmp|xla_amp|syncfree|xs|fsdpv2)\.\w|[\"']xla(:\d+)?[\"']")
+
+
+@lru_cache(maxsize=None)
+def upgraded(name: str, target: str):
+    source = (ROOT / "fixtures" / "runnable" / f"{name}.py").read_text()
+    on_xla = migrate(source, target=target, path=f"{name}.py")
+    assert on_xla.error is None, on_xla.error
+    result = migrate(on_xla.code, target="torchtpu", path=f"{name}.py")
+    assert result.error is None, result.error
+    return on_xla.code, result
+
+
+def code_lines(code: str) -> set[int]:
+    """Lines that hold code (not a docstring or comment, which may name torch_xla in prose)."""
+    import ast
+    import io
+    import tokenize
+
+    lines = set()
+    docstrings = {n.body[0].value.lineno for n in ast.walk(ast.parse(code)) if isinstance(
+        n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr) and isinstance(
+        n.body[0].value, ast.Constant) and isinstance(n.body[0].value.value, str)}
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type in (tokenize.NAME, tokenize.OP) or (token.type == tokenize.STRING
+                                                            and token.start[0] not in docstrings):
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return lines
+
+
+def torch_xla_left(source: str, result) -> list[str]:
+    """Output lines with a torch_xla name and no finding on an input line they come from (imports aside: the
+    names they bind are checked where they are read)."""
+    findings = {f.line for f in result.findings}
+    mapping = input_lines_for(source, result.code)
+    code = code_lines(result.code)
+    problems = []
+    for number, line in enumerate(result.code.splitlines(), 1):
+        if number not in code or line.lstrip().startswith(("import ", "from ")) or not TORCH_XLA.search(line):
+            continue
+        if not findings & set(mapping.get(number, [])):
+            problems.append(f"output line {number}: {line.strip()}")
+    return problems
+
+
+@pytest.mark.parametrize("target", XLA_TARGETS)
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_upgrade_of_this_tools_output(name, target):
+    source, result = upgraded(name, target)
+    # (a) idempotent
+    assert migrate(result.code, target="torchtpu", path=f"{name}.py").code == result.code
+    # (b) no torch_xla name left silently
+    problems = torch_xla_left(source, result)
+    assert not problems, "\n".join(problems)
+    # (c) every torch.tpu name written (code, findings) is public in the wheel
+    written = {n for n in dotted_names(result.code) - dotted_names(source) if TPU_NAME.fullmatch(n)}
+    for finding in result.findings:
+        written |= set(TPU_NAME.findall(f"{finding.message} {finding.fix}"))
+    missing = sorted(n for n in written if not is_public(n))
+    assert not missing, missing
+    assert result.runs_on == "torch_tpu >= 0.2"
+
+
+def test_the_checks_can_fail():
+    """The leftover check sees a torch_xla call with no finding, and passes it with one."""
+    source, result = upgraded("mnist_conv", "sagemaker")
+    assert "xm." in source and "xm." not in result.code and result.changed
+    bare = type("R", (), {"code": "import torch\nxm.mark_step()\n", "findings": []})()
+    assert torch_xla_left("import torch\nxm.mark_step()\n", bare) == ["output line 2: xm.mark_step()"]
+    found = type("F", (), {"line": 2})()
+    covered = type("R", (), {"code": "import torch\nxm.mark_step()\n", "findings": [found]})()
+    assert torch_xla_left("import torch\nxm.mark_step()\n", covered) == []
+    assert not is_public("torch.tpu.no_such_helper")
+
+
+def test_distributed_xm_form_reports_the_lost_reduction_and_the_launch():
+    source, result = upgraded("ddp_torchrun", "sagemaker")
+    codes = {(f.code, f.message.split(":")[0]) for f in result.findings}
+    assert ("XLA703", "xm.optimizer_step(optimizer)") in codes
+    assert any(c == "XLA704" and m.startswith("xmp.spawn") for c, m in codes)
+    assert 'if int(os.environ.get("RANK", 0)) == 0:' in result.code and "torch.save(" in result.code
+
+
+def test_the_xla_targets_leave_the_upgrade_alone():
+    """Under the torch_xla targets code on XLA stays as it is: the upgrade is torchtpu's alone."""
+    for target in XLA_TARGETS:
+        source, _ = upgraded("amp_clip", target)
+        assert migrate(source, target=target).code == source
