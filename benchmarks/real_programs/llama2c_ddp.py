@@ -7,7 +7,8 @@ optimizer update must step gradients reduced once. The tiny run is fp32 (no auto
 and the losses compare value by value.
 
 What world size 1 cannot show (seen by hand at 8cf4ba6, torchrun --nproc_per_node=2 on the outputs): the xm
-form (what auto chooses here) keeps no process group, so under torchrun each process has
+form (auto's choice on sagemaker, and on 2.9 before auto learned module-level torchrun scripts) keeps no
+process group, so under torchrun each process has
 xr.world_size() == 1: both are master, both print and save, and the all-reduce reduces nothing across them;
 the ddp form's output trains as one (one printer, DDP's reduction on the xla group).
 """
@@ -33,6 +34,6 @@ RECIPE = Recipe(
                             Substitution("train.py", "device_ids=[ddp_local_rank]", "device_ids=None")),
     data=data,
     loss_regex=r"(?m)^\d+ \| loss (\S+) \|",
-    forms=(("2.9", "ddp"),),  # auto chooses xm on both targets; the ddp form on 2.9 beside it
+    forms=(("2.9", "xm"),),  # auto chooses ddp on 2.9 (module-level torchrun) and xm on sagemaker; 2.9's xm beside it
     notes="under torchrun with 2 processes the xm form's output runs as 2 unreduced world-size-1 processes",
 )
