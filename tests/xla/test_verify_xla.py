@@ -170,8 +170,11 @@ def test_migrate_verify_checks_what_it_wrote_against_the_input(env, tmp_path):
     lines = proc.stderr.splitlines()
     assert lines[-1].startswith("verdict: clean: "), lines[-1]
     assert f"{out}: torch_xla {xp.env_pins()[env].split('==')[-1]} on PJRT CPU ({python})" in lines
-    assert any("vs the original on plain CPU torch (fp32): max |delta| 0 over 30 values (tolerance 0.001)" in line
-               for line in lines)
+    # XLA's fused float32 arithmetic may differ from eager CPU torch's in the last bits (0 or about 1e-6 seen)
+    compared = [re.search(r"vs the original on plain CPU torch \(fp32\): max \|delta\| (\S+) over 30 values "
+                          r"\(tolerance 0\.001\)", line) for line in lines]
+    deltas = [float(m.group(1)) for m in compared if m]
+    assert len(deltas) == 1 and deltas[0] <= 1e-5, lines
     assert "    30x at sgd_xla.py:" in "\n".join(lines) and "(in a step closure)" in "\n".join(lines)
 
 
