@@ -5,6 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pytest  # noqa: E402
 import xla_proof as xp  # noqa: E402
 
 
@@ -35,6 +36,21 @@ def pytest_terminal_summary(terminalreporter):
             f"compiles {last.compiles}, runs {last.runs}, "
             f"host reads {last.reads} ({run.closure_reads} in closures), CPU fallbacks {fallbacks}, {run.wall:.1f} s"
             + (f", max |loss delta| {xp.DELTAS[(env, name)]:.2g}" if (env, name) in xp.DELTAS else ""))
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only the cases of the tests that will run
+def pytest_collection_modifyitems(items):
+    """The proof tier's cases that the selected tests will ask for, in their order, for xp.run_ahead: those of
+    an environment that exists and that the harness does not skip."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.module.__name__ != "test_xla_proof" or "env" not in params or "name" not in params:
+            continue
+        env, name = params["env"], params["name"]
+        if xp.env_python(env)[0] is None or xp.skip_reason(xp.SCRIPT_BY_NAME[name], env):
+            continue
+        if (name, env) not in xp.SELECTED:
+            xp.SELECTED.append((name, env))
 
 
 def pytest_sessionfinish(session, exitstatus):

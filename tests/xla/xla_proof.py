@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -206,6 +207,8 @@ WORKDIRS: list[Path] = []  # removed at the end of the session unless XLA_PROOF_
 
 
 def cleanup() -> None:
+    for pool in _pool:  # runs started ahead and never asked for (a -k selection, -x) are cancelled or awaited
+        pool.shutdown(wait=True, cancel_futures=True)
     if os.environ.get("XLA_PROOF_KEEP") == "1":
         return
     while WORKDIRS:
@@ -283,7 +286,14 @@ class Case:
 
 @lru_cache(maxsize=None)
 def run_case(script_name: str, env: str) -> Case:
-    """Migrate one fixture for the env's target and run original (or twin) and migrated; cached per session."""
+    """Migrate one fixture for the env's target and run original (or twin) and migrated; cached per session.
+    A case started by :func:`run_ahead` is waited for."""
+    _STARTED.add((script_name, env))
+    ahead = _AHEAD.pop((script_name, env), None)
+    return ahead.result() if ahead is not None else _runs(*_migration(script_name, env))
+
+
+def _migration(script_name: str, env: str) -> tuple:
     from xla_migrate import migrate
 
     script = SCRIPT_BY_NAME[script_name]
@@ -295,6 +305,10 @@ def run_case(script_name: str, env: str) -> Case:
     result = migrate(source, target=target, path=str(script.path))
     if result.error is not None:
         raise RuntimeError(f"migrating {script.path.name} for {target} failed: {result.error}")
+    return script, env, python, target, source, result
+
+
+def _runs(script: Script, env: str, python: Path, target: str, source: str, result) -> Case:
     original_source = cpu_twin(source) if script.hard_cuda else source
     original = run_script(python, original_source, f"{env} original {script.name}", xla=False,
                           distributed=script.distributed)
@@ -304,6 +318,28 @@ def run_case(script_name: str, env: str) -> Case:
     if original.losses and len(original.losses) == len(migrated.losses):
         DELTAS[(env, script.name)] = max(abs(a - b) for a, b in zip(original.losses, migrated.losses))
     return Case(script, env, target, result.code, original, migrated, list(result.findings))
+
+
+# Each case's runs are processes of one thread (OMP_NUM_THREADS=1), so the tier runs them a few at a time: its
+# wall time divides by the cores (CI's time budget). XLA_PROOF_WORKERS=1 runs them one by one, as they are needed.
+PROOF_WORKERS = max(1, min(int(os.environ.get("XLA_PROOF_WORKERS") or 0) or (os.cpu_count() or 1), 4))
+_AHEAD: dict[tuple[str, str], Future] = {}
+_STARTED: set[tuple[str, str]] = set()
+SELECTED: list[tuple[str, str]] = []  # the cases the selected tests need, in their order (tests/xla/conftest.py)
+_pool: list[ThreadPoolExecutor] = []
+
+
+def run_ahead(cases: list[tuple[str, str]]) -> None:
+    """Start the runs of these (script name, env) cases now, PROOF_WORKERS at a time, in the given order; the
+    migrations stay in the calling thread (the pipeline is not shared across threads)."""
+    if PROOF_WORKERS < 2:
+        return
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(PROOF_WORKERS, thread_name_prefix="xla-proof"))
+    for key in cases:
+        if key not in _STARTED:
+            _STARTED.add(key)
+            _AHEAD[key] = _pool[0].submit(_runs, *_migration(*key))
 
 
 RECORD: list[tuple[str, str, Run]] = []  # every migrated run, for the tier summary
