@@ -181,11 +181,17 @@ class LazyTensorHostReads(Rule):
         path, line, code = found
         looped = code.endswith(" in a loop")
         code = code.removesuffix(" in a loop")
-        what = (f"calls {short(node.func)}(), which reads a tensor's value to the host ({path}:{line}: {code}"
-                f"{', in a loop: once per iteration' if looped else ''})")
+        test = code.startswith(("if ", "while ", "assert "))
+        what = (f"calls {short(node.func)}(), which {'tests a tensor' if test else 'reads a tensor'}'s value "
+                f"{'on' if test else 'to'} the host "
+                f"({path}:{line}: {code}{', in a loop: once per iteration' if looped else ''})")
         fix = (f"keep the value on the device in {short(node.func)} (return the tensor, .detach()) and read it in a "
                "step closure or every N steps; a check on the device (torch.where, clamp) instead of an `if` on "
                "the value")
+        if test:
+            fix = (f"move the check in {short(node.func)} into a function run by xm.add_step_closure (it runs once "
+                   "the step's graph has run), or drop it, or check the batch on the CPU before it moves to the "
+                   "device")
         self._report(node, region, fix, what)
 
     def _scaler_state(self, node: cst.Call) -> None:
@@ -252,13 +258,14 @@ class LazyTensorHostReads(Rule):
 
     def _condition(self, node: cst.If | cst.While | cst.Assert, region: Region | None = None) -> None:
         ctx = self.ctx
-        region = region or ctx.steps.region(node)
+        region = region or ctx.steps.region(node) or ctx.steps.called_region(node)
         if region is None or node is region.step.loop or ctx.steps.after_step_end(node, region):
             return
         if ctx.steps.moves_read(node) or self._runs_once(node.test, region):
             return
-        names = ctx.steps.tensor_names(region)
-        if steps.reads(ctx, node.test, names) or tensor_tests.tensor_valued(ctx, node.test, names,
+        names = ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)
+        # Explicit reads (``.item()``), or a test of a tensor: not its identity or a membership without one.
+        if steps.reads(ctx, node.test, set()) or tensor_tests.tensor_valued(ctx, node.test, names,
                                                                             self._batches(region)):
             every = "every step" if region.step.kind == "train" else "every evaluation batch"
             every += tensor_tests.repeated(ctx, node, region)
@@ -281,7 +288,7 @@ class LazyTensorHostReads(Rule):
     def _assert_region(self, node: cst.Assert) -> Region | None:
         """An assert is not a node the step model marks: its test's first call or subscript is."""
         for inner in patterns.find_all(node.test, lambda n: isinstance(n, (cst.Call, cst.Subscript))):
-            region = self.ctx.steps.region(inner)
+            region = self.ctx.steps.region(inner) or self.ctx.steps.called_region(inner)
             if region is not None:
                 return region
         return None
