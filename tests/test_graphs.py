@@ -244,6 +244,8 @@ def test_truth_tests_in_functions_the_step_calls_are_reported():
     assert sorted(found) == [8, 15, 17]  # not clamp_range's `y.size(0) > 1 and low < 0` (line 24)
     assert found[8].startswith("torch.min(y) < -1. in mel_spectrogram (run every step by the loop at line 28")
     assert "a condition on a tensor's value" in found[15] and "an assert on a tensor's value" in found[17]
+    fixes = {f.line: f.fix for f in result.findings if f.code == "XLA311"}
+    assert "xm.add_step_closure" in fixes[8] and "every N steps" in fixes[15]  # line 8 only prints: a check
 
 
 def test_membership_tests_need_a_tensor_operand():
