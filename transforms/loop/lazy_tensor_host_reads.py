@@ -18,7 +18,8 @@ What it does:
     Program-wide (issue 30): tests that read a tensor without ``.item()`` (``assert torch.isfinite(loss)``,
     ``assert y.min() >= 0``, ``if not (torch.isinf(p.grad) | torch.isnan(p.grad)).any():``; identity tests
     like ``p.grad is not None`` are not reads, nor membership tests without a step's tensor: ``i in ids`` with ``i``
-    enumerate's index, also through ``tqdm(enumerate(loader))``, or ``"mask" in batch``), truth tests in a function
+    enumerate's index, also through ``tqdm(enumerate(loader))``, or ``"mask" in batch``, nor a name bound to a
+    call of the module's function that returns only numbers, ``scale = loss_scale_for(n)``), truth tests in a function
     the step calls that reads nothing else (``if torch.min(y) < -1.:``, ``while t.max() > 1:`` with ``t`` bound to a
     torch computation, ``assert (t >= 0).all()``), reads in the ``forward`` of the module's own models
     (``(lengths - 1).tolist()``), calls into another module of the project whose helper reads
@@ -268,7 +269,8 @@ class LazyTensorHostReads(Rule):
             return
         if ctx.steps.moves_read(node) or self._runs_once(node.test, region):
             return
-        names = ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)
+        names = (ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)) - \
+            tensor_tests.host_bound_names(ctx, region)
         # Explicit reads (``.item()``), or a test of a tensor: not its identity or a membership without one.
         if steps.reads(ctx, node.test, set()) or tensor_tests.tensor_valued(ctx, node.test, names,
                                                                             self._batches(region)):

@@ -125,6 +125,53 @@ def torch_bound_names(ctx: MigrationContext, region: Region) -> set[str]:
     return found
 
 
+_HOST_RESULTS = ("builtins.float", "builtins.int", "builtins.len", "builtins.round", "builtins.min", "builtins.max",
+                 "builtins.abs", "builtins.bool", "builtins.str")
+
+
+def _host_result(ctx: MigrationContext, value: cst.BaseExpression | None) -> bool:
+    """A returned value that is a number or a string whatever the arguments: a literal, ``math.sqrt(...)``,
+    ``len(...)``, arithmetic of those."""
+    if value is None or isinstance(value, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString)):
+        return True
+    if isinstance(value, cst.Name):
+        return value.value in ("None", "True", "False")
+    if isinstance(value, cst.BinaryOperation):
+        return _host_result(ctx, value.left) and _host_result(ctx, value.right)
+    if isinstance(value, cst.UnaryOperation):
+        return _host_result(ctx, value.expression)
+    if isinstance(value, cst.Call):
+        names = ctx.qualnames(value.func)
+        return any(n.startswith("math.") for n in names) or bool(names & set(_HOST_RESULTS))
+    return False
+
+
+def host_bound_names(ctx: MigrationContext, region: Region) -> set[str]:
+    """Names the region's code binds only to calls of this module's functions that return numbers whatever
+    their arguments (``scale = loss_scale_for(n, ref)`` returning ``1.0`` or ``math.sqrt(n / ref)``): no
+    tensor, whatever a name in the callee says."""
+    scope = region.function if region.in_callee else region.step.loop
+    if scope is None:
+        return set()
+    bound: dict[str, bool] = {}
+    for node in patterns.find_all(scope.body, lambda n: isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        host = isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and _returns_host(ctx, node.value)
+        for target in targets:
+            for name in patterns.find_all(target, lambda n: isinstance(n, cst.Name)):
+                bound[name.value] = bound.get(name.value, True) and host and isinstance(target, cst.Name)
+    return {name for name, host in bound.items() if host}
+
+
+def _returns_host(ctx: MigrationContext, call: cst.Call) -> bool:
+    callee = ctx.steps.callee(call)
+    if callee is None:
+        return False
+    returns = patterns.find_all(callee.body, lambda n: isinstance(n, cst.Return))
+    nested = patterns.find_all(callee.body, lambda n: isinstance(n, (cst.FunctionDef, cst.Lambda, cst.Yield)))
+    return bool(returns) and not nested and all(_host_result(ctx, r.value) for r in returns)
+
+
 def batch_names(ctx: MigrationContext, region: Region) -> set[str]:
     """Names that hold the step's batch: the loop's targets when it iterates a loader (past ``enumerate``'s
     index), and names bound to ``x.to(device)`` / ``x.cuda()`` in the loop."""
