@@ -31,7 +31,7 @@ def tensor_valued(ctx: MigrationContext, test: cst.BaseExpression, tensors: set[
     """The test computes its truth from a tensor (see the module docstring)."""
     finder = _TensorParts(ctx, tensors | batches)
     test.visit(finder)
-    return finder.found or bool(mentions(_without_host_parts(test, tensors), tensors | batches))
+    return finder.found or bool(mentions(_without_host_parts(ctx, test, tensors), tensors | batches))
 
 
 class _TensorParts(cst.CSTVisitor):
@@ -67,9 +67,16 @@ class _TensorParts(cst.CSTVisitor):
 
 
 class _HostComparisonsDropped(cst.CSTTransformer):
-    def __init__(self, tensors: set[str]) -> None:
+    def __init__(self, ctx: MigrationContext, tensors: set[str]) -> None:
         super().__init__()
+        self.ctx = ctx
         self.tensors = tensors
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        # ``isinstance(x, int)``, ``exists(x)`` (``return v is not None``): answered on the host.
+        if self.ctx.qualnames(original.func) & set(_HOST_BUILTINS) or _returns_host(self.ctx, original):
+            return cst.Name("None")
+        return updated
 
     def leave_Comparison(self, original: cst.Comparison, updated: cst.Comparison) -> cst.BaseExpression:
         if all(isinstance(t.operator, (cst.Is, cst.IsNot)) for t in updated.comparisons):
@@ -83,10 +90,10 @@ class _HostComparisonsDropped(cst.CSTTransformer):
         return updated
 
 
-def _without_host_parts(test: cst.BaseExpression, tensors: set[str]) -> cst.BaseExpression:
-    """The test with its host comparisons dropped: identity (``x is None`` reads nothing) and membership
-    with no step tensor in it."""
-    return test.visit(_HostComparisonsDropped(tensors))  # type: ignore[return-value]
+def _without_host_parts(ctx: MigrationContext, test: cst.BaseExpression, tensors: set[str]) -> cst.BaseExpression:
+    """The test with its host parts dropped: identity (``x is None`` reads nothing), membership with no step
+    tensor in it, host builtins and the module's functions that return host values (``exists(x)``)."""
+    return test.visit(_HostComparisonsDropped(ctx, tensors))  # type: ignore[return-value]
 
 
 def _enumerated(ctx: MigrationContext, iterated: cst.BaseExpression) -> bool:
@@ -140,8 +147,12 @@ def _host_result(ctx: MigrationContext, value: cst.BaseExpression | None) -> boo
         return _host_result(ctx, value.left) and _host_result(ctx, value.right)
     if isinstance(value, cst.UnaryOperation):
         return _host_result(ctx, value.expression)
+    if isinstance(value, cst.Comparison):
+        return all(isinstance(t.operator, (cst.Is, cst.IsNot)) for t in value.comparisons)
     if isinstance(value, cst.Call):
         names = ctx.qualnames(value.func)
+        if names & set(_HOST_BUILTINS):
+            return True
         return any(n.startswith("math.") for n in names) or bool(names & set(_HOST_RESULTS))
     return False
 
