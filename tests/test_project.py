@@ -517,6 +517,7 @@ def test_a_random_crop_helper_of_another_module_is_reported_at_the_steps_call(tm
     ("if torch.is_tensor(y) and y.size(0) > 1 and y.shape[0] > 1:\n        pass", None),
     ("m = torch.max(y).item()\n    if m > 1:\n        pass", (2, "torch.max(y).item()")),
     ("if torch.cuda.is_available() and y is not None:\n        pass", None),
+    ("tied = torch.equal(y, y)\n    if not tied:  # a Python bool: torch.equal read it\n        pass", None),
 ])
 def test_the_index_finds_truth_tests_of_tensors_with_evidence(body, found):
     """hifi-gan's mel_spectrogram shape: a torch call, or a name bound to one, is the evidence (line - 3: the

@@ -19,6 +19,8 @@ HOST_TORCH_PREFIXES = ("torch.cuda.", "torch.distributed.", "torch.backends.", "
 # Tensor methods and attributes answered from the tensor's metadata, on the host.
 _HOST_METHODS = ("size", "dim", "ndimension", "numel", "nelement", "element_size", "get_device", "is_contiguous",
                  "is_floating_point", "stride", "data_ptr", "storage_offset", "item", "tolist", "numpy", "cpu")
+# torch functions that read the tensors themselves and return a Python bool: a name bound to one is no tensor.
+_BOOL_RESULTS = ("torch.equal", "torch.allclose", "torch.is_nonzero", "torch.is_same_size")
 _HOST_ATTRIBUTES = ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "names")
 
 
@@ -98,7 +100,8 @@ class _Evidence:
             changed = False
             for target, value in assignments:
                 names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} - self.tensors
-                if names and isinstance(target, (ast.Name, ast.Tuple)) and self.tensor(value):
+                returns_bool = isinstance(value, ast.Call) and _torch_call(value.func, self.aliases) in _BOOL_RESULTS
+                if names and isinstance(target, (ast.Name, ast.Tuple)) and self.tensor(value) and not returns_bool:
                     self.tensors |= names
                     changed = True
 
