@@ -238,6 +238,70 @@ def test_host_reads_in_another_module_are_reported_with_the_helpers_line(tmp_pat
     assert not findings(alone, "XLA311")  # without the project nothing is known of metrics.py
 
 
+def test_truth_tests_in_functions_the_step_calls_are_reported():
+    result = run((ROOT / "fixtures" / "XLA311" / "truth_tests_in_helpers.in.py").read_text())
+    found = dict(findings(result, "XLA311"))
+    # Not clamp_range's `y.size(0) > 1 and low < 0` (24), nor embed's `exists(advantages)`, `isinstance(...)` (43, 44).
+    assert sorted(found) == [8, 15, 17]
+    assert found[8].startswith("torch.min(y) < -1. in mel_spectrogram (run every step by the loop at line 28")
+    assert "a condition on a tensor's value" in found[15] and "an assert on a tensor's value" in found[17]
+    fixes = {f.line: f.fix for f in result.findings if f.code == "XLA311"}
+    assert "xm.add_step_closure" in fixes[8] and "every N steps" in fixes[15]  # line 8 only prints: a check
+
+
+def test_membership_tests_need_a_tensor_operand():
+    result = run((ROOT / "fixtures" / "XLA311" / "membership_of_host_values.in.py").read_text())
+    found = dict(findings(result, "XLA311"))
+    # Not `"mask" in batch` (18) nor `i in ret_samples_ids` with i from tqdm(enumerate(loader)) (21).
+    assert list(found) == [15] and found[15].startswith("torch.argmax(labels) in wanted")
+
+
+def test_a_truth_test_in_a_helper_of_another_module_is_reported_at_the_call(tmp_path):
+    write(tmp_path, {
+        "meldataset.py": """\
+        import torch
+
+
+        def mel_spectrogram(y, n_fft):
+            if y.size(0) > 1 and n_fft > 0:
+                pass
+            if torch.min(y) < -1.:
+                print("min value is", torch.min(y))
+            return torch.stft(y, n_fft, return_complex=True).abs()
+
+
+        def unchecked(y, limit):
+            if y.max() > limit:  # y may be a number or an array: no evidence of a tensor
+                return y
+            return y * 2
+        """,
+        "train.py": """\
+        import torch.nn.functional as F
+
+        from meldataset import mel_spectrogram, unchecked
+
+
+        def main(generator, loader, optimizer, device):
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                y_hat = unchecked(generator(x), 1.0)
+                loss = F.l1_loss(mel_spectrogram(y_hat, 64), y)
+                loss.backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main(None, None, None, None)
+        """})
+    index = index_for(str(tmp_path), Ignorer(True, []))
+    result = run((tmp_path / "train.py").read_text(), path=str(tmp_path / "train.py"), project=index)
+    (line, message), = findings(result, "XLA311")
+    assert line == 10 and "(meldataset.py:7: if torch.min(y) < -1.0:) every step" in message
+    fix = [f.fix for f in result.findings if f.code == "XLA311"][0]
+    assert "xm.add_step_closure" in fix and "CPU" in fix
+    assert not findings(run((tmp_path / "train.py").read_text()), "XLA311")  # alone: nothing is known of the helper
+
+
 # Shapes ------------------------------------------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from xla_migrate import cli
 from xla_migrate import migrate
-from xla_migrate.analysis.project import build_index
+from xla_migrate.analysis.project import _index_module, build_index
 from xla_migrate.report.summary import CUDA_FAMILIES, family
 from xla_migrate.cli.discovery import Ignorer, index_for
 
@@ -507,3 +507,22 @@ def test_a_random_crop_helper_of_another_module_is_reported_at_the_steps_call(tm
     result = migrate(train, path=str(tmp_path / "train.py"), target="2.9", project=index)
     found = [(f.line, f.message) for f in result.findings if f.code == "XLA312"]
     assert [line for line, _ in found] == [7] and "imgproc.py:7: x[:, :, top:top + p]" in found[0][1], found
+
+
+@pytest.mark.parametrize("body, found", [
+    ("if torch.min(y) < -1.:\n        pass", (2, "if torch.min(y) < -1.0:")),
+    ("t = th.relu(y)\n    while t.max() > 1:\n        t = t / 2", (3, "while t.max() > 1: in a loop")),
+    ("assert (F.relu(y) >= 0).all()", (2, "assert (F.relu(y) >= 0).all()")),
+    ("if y.max() > 1:  # y may be a number or an array\n        pass", None),
+    ("if torch.is_tensor(y) and y.size(0) > 1 and y.shape[0] > 1:\n        pass", None),
+    ("m = torch.max(y).item()\n    if m > 1:\n        pass", (2, "torch.max(y).item()")),
+    ("if torch.cuda.is_available() and y is not None:\n        pass", None),
+    ("tied = torch.equal(y, y)\n    if not tied:  # a Python bool: torch.equal read it\n        pass", None),
+])
+def test_the_index_finds_truth_tests_of_tensors_with_evidence(body, found):
+    """hifi-gan's mel_spectrogram shape: a torch call, or a name bound to one, is the evidence (line - 3: the
+    helper's own lines)."""
+    source = f"import torch\nimport torch as th\nimport torch.nn.functional as F\ndef check(y):\n    {body}\n"
+    info = _index_module("helpers.py", source.encode())
+    got = info.read_helpers.get("check")
+    assert (got[0] - 3, got[1]) == found if found else got is None

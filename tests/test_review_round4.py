@@ -142,8 +142,6 @@ def test_trainer_script_counts_as_training_for_torch_compile(migrated):
 # Severity R (the report) --------------------------------------------------------------------------------------
 
 
-@known_defect(33, "XLA311 'a condition on a tensor's value' on `\"key\" in out` (a dict) and on `scale != 1.0` (a float "
-                  "from a helper returning literals): open_clip legacy_train.py:167, train.py:302")
 @BOTH
 def test_conditions_without_tensor_values_are_not_reported(migrated, target):
     run = migrated("33-false-findings-3", target)

@@ -17,15 +17,21 @@ What it does:
 
     Program-wide (issue 30): tests that read a tensor without ``.item()`` (``assert torch.isfinite(loss)``,
     ``assert y.min() >= 0``, ``if not (torch.isinf(p.grad) | torch.isnan(p.grad)).any():``; identity tests
-    like ``p.grad is not None`` are not reads), reads in the ``forward`` of the module's own models
+    like ``p.grad is not None`` are not reads, nor membership tests without a step's tensor: ``i in ids`` with ``i``
+    enumerate's index, also through ``tqdm(enumerate(loader))``, or ``"mask" in batch``, nor a name bound to a
+    call of the module's function that returns only numbers, ``scale = loss_scale_for(n)``), truth tests in a function
+    the step calls that reads nothing else (``if torch.min(y) < -1.:``, ``while t.max() > 1:`` with ``t`` bound to a
+    torch computation, ``assert (t >= 0).all()``), reads in the ``forward`` of the module's own models
     (``(lengths - 1).tolist()``), calls into another module of the project whose helper reads
     (``metrics.loss_value(loss)`` returning ``loss.item()``; from the project index, with the helper's file
-    and line; also a method of an object ``__init__`` made from a project class, ``self.mp_trainer.optimize()``,
-    with the reads of the methods it calls through ``self``), reads in the ``forward`` of a model class a loop of
-    another module calls (imported, also by a star import) and in the project functions that forward calls
-    (reported in their own file, with the loop that runs them: ``in Decoder.forward (run every step by the loop
-    at train.py:12: model(...))``), and a kept GradScaler's ``get_scale()``/``state_dict()``. A read repeated by a loop below the
-    step (over the parameters) says so: as many syncs per step. A logging statement XLA310 leaves in place
+    and line, and a truth test of a tensor in the helper: ``if torch.min(y) < -1.:`` in hifi-gan's
+    ``mel_spectrogram``, where a torch call or a name bound to one is the evidence; also a method of an object
+    ``__init__`` made from a project class, ``self.mp_trainer.optimize()``, with the reads of the methods it calls
+    through ``self``), reads in the ``forward`` of a model class a loop of another module calls (imported, also
+    by a star import) and in the project functions that forward calls (reported in their own file, with the loop
+    that runs them: ``in Decoder.forward (run every step by the loop at train.py:12: model(...))``), and a kept
+    GradScaler's ``get_scale()``/``state_dict()``. A read repeated by a loop below the step (over the
+    parameters) says so: as many syncs per step. A logging statement XLA310 leaves in place
     (under a ``try`` or ``with`` of the step) is reported with the reason; one that runs right before leaving
     the loop is not (it runs once). After the step's barrier a read of a value is free, but a read of a
     computation on the step's tensors (``loss_dict[k].mean().item()``) runs one more graph: reported when no
@@ -69,6 +75,8 @@ ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and
 FOREIGN = ("keep the value on the device (masks from the lengths, a fixed maximum length: torch.arange(MAX_LEN) < "
            "lengths[:, None]) so the forward has one shape, or compute it on the host before the batch moves")
 CONTROL = "decide from a value read every N steps (or after the loop), not every step"
+CHECK = ("move the check with what it reports into a function run by xm.add_step_closure (it runs once the step's "
+         "graph has run), or drop it, or check the batch on the CPU before it moves to the device")
 ASSERT = ("check on the device and read once (flags = torch.stack([...]); read them every N steps or after the "
           "loop), or move the check into a function run by xm.add_step_closure; python -O drops asserts")
 
@@ -181,11 +189,15 @@ class LazyTensorHostReads(Rule):
         path, line, code = found
         looped = code.endswith(" in a loop")
         code = code.removesuffix(" in a loop")
-        what = (f"calls {short(node.func)}(), which reads a tensor's value to the host ({path}:{line}: {code}"
-                f"{', in a loop: once per iteration' if looped else ''})")
+        test = code.startswith(("if ", "while ", "assert "))
+        what = (f"calls {short(node.func)}(), which {'tests a tensor' if test else 'reads a tensor'}'s value "
+                f"{'on' if test else 'to'} the host "
+                f"({path}:{line}: {code}{', in a loop: once per iteration' if looped else ''})")
         fix = (f"keep the value on the device in {short(node.func)} (return the tensor, .detach()) and read it in a "
                "step closure or every N steps; a check on the device (torch.where, clamp) instead of an `if` on "
                "the value")
+        if test:
+            fix = f"in {short(node.func)}: {CHECK}"
         self._report(node, region, fix, what)
 
     def _scaler_state(self, node: cst.Call) -> None:
@@ -252,13 +264,15 @@ class LazyTensorHostReads(Rule):
 
     def _condition(self, node: cst.If | cst.While | cst.Assert, region: Region | None = None) -> None:
         ctx = self.ctx
-        region = region or ctx.steps.region(node)
+        region = region or ctx.steps.region(node) or ctx.steps.called_region(node)
         if region is None or node is region.step.loop or ctx.steps.after_step_end(node, region):
             return
         if ctx.steps.moves_read(node) or self._runs_once(node.test, region):
             return
-        names = ctx.steps.tensor_names(region)
-        if steps.reads(ctx, node.test, names) or tensor_tests.tensor_valued(ctx, node.test, names,
+        names = (ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)) - \
+            tensor_tests.host_bound_names(ctx, region)
+        # Explicit reads (``.item()``), or a test of a tensor: not its identity or a membership without one.
+        if steps.reads(ctx, node.test, set()) or tensor_tests.tensor_valued(ctx, node.test, names,
                                                                             self._batches(region)):
             every = "every step" if region.step.kind == "train" else "every evaluation batch"
             every += tensor_tests.repeated(ctx, node, region)
@@ -268,7 +282,21 @@ class LazyTensorHostReads(Rule):
                                         f"to the host {every} (a device sync: the graph runs mid-step)", ASSERT)
                 return
             self.finding(node.test, f"{short(node.test)}{where}: a condition on a tensor's value reads it to the "
-                                    f"host {every} (a device sync: the graph runs mid-step)", CONTROL)
+                                    f"host {every} (a device sync: the graph runs mid-step)",
+                         CHECK if self._only_reports(node) else CONTROL)
+
+    def _only_reports(self, node: cst.If | cst.While) -> bool:
+        """``if torch.min(y) < -1.: print(...)``: a check whose body only logs, warns or raises."""
+        if not isinstance(node, cst.If) or node.orelse is not None:
+            return False
+        for statement in patterns.find_all(node.body, lambda n: isinstance(n, cst.BaseSmallStatement)):
+            if isinstance(statement, cst.Raise):
+                continue
+            if not (isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call) and (
+                    steps.is_logging_call(self.ctx, statement.value)
+                    or patterns.dotted_name(statement.value.func) in ("warnings.warn", "logging.warning"))):
+                return False
+        return True
 
     def _batches(self, region: Region) -> set[str]:
         return tensor_tests.batch_names(self.ctx, region)
@@ -281,7 +309,7 @@ class LazyTensorHostReads(Rule):
     def _assert_region(self, node: cst.Assert) -> Region | None:
         """An assert is not a node the step model marks: its test's first call or subscript is."""
         for inner in patterns.find_all(node.test, lambda n: isinstance(n, (cst.Call, cst.Subscript))):
-            region = self.ctx.steps.region(inner)
+            region = self.ctx.steps.region(inner) or self.ctx.steps.called_region(inner)
             if region is not None:
                 return region
         return None

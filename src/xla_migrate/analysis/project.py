@@ -36,6 +36,7 @@ from pathlib import Path
 from .project_flow import dotted as _dotted
 from .project_flow import (loop_model_calls, own_calls, per_step_functions, random_slice_helpers,
                            reads_through_own_calls, walk_ast)
+from .truth_tests import first_truth_test, torch_aliases
 
 # What a helper does: "backward", "step" (an optimizer update).
 BACKWARD, STEP = "backward", "step"
@@ -381,6 +382,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     reads: dict[str, tuple[int, str]] = {}
     ties: dict[str, tuple[tuple[str, str], ...]] = {}
     calls_of: dict[str, tuple[tuple[str, str], ...]] = {}
+    aliases = torch_aliases(tree)
     for statement in tree.body:
         _imports_of(statement, package, imports)
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -389,7 +391,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
             effects = _effects(calls)
             if effects:
                 helpers[statement.name] = effects
-            found = _first_read(statement)
+            found = _first_read(statement, aliases)
             if found is not None:
                 reads[statement.name] = found
             if _saves(calls):
@@ -406,7 +408,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                     effects = _effects(calls)
                     if effects:
                         helpers[f"{statement.name}.{item.name}"] = effects
-                    found = _first_read(item)
+                    found = _first_read(item, aliases)
                     if found is not None:
                         reads[f"{statement.name}.{item.name}"] = found
                     if _saves(calls):
@@ -541,10 +543,12 @@ def _ties(cls: ast.ClassDef) -> tuple[tuple[str, str], ...]:
     return tuple(dict.fromkeys(found))
 
 
-def _first_read(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, str] | None:
+def _first_read(function: ast.FunctionDef | ast.AsyncFunctionDef, aliases: dict[str, str]) -> tuple[int, str] | None:
     """The first ``x.item()`` / ``x.tolist()`` / ``x.numpy()`` of a function's own code (nested functions are
-    their own helpers), with " in a loop" when a loop of the function repeats it."""
-    found: tuple[int, str] | None = None
+    their own helpers), or truth test of a tensor (``if torch.min(y) < -1.:``, truth_tests.py), with " in a
+    loop" when a loop of the function repeats it."""
+    test = first_truth_test(function, aliases)
+    found = (test[0], test[1] + (" in a loop" if test[2] else "")) if test is not None else None
     todo: list[tuple[ast.AST, bool]] = [(child, False) for child in function.body]
     while todo:
         node, looped = todo.pop()

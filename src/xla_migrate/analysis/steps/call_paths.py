@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ...syntax import patterns
-from .kinds import BACKWARD, CALL, FORWARD, READ, STEP, Event, Function, Loop
+from .kinds import BACKWARD, CALL, FORWARD, READ, STEP, Event, Function, Loop, Region
 
 
 class CallPaths:
@@ -213,6 +213,37 @@ class CallPaths:
                 continue
             events.append(Event(raw.kind, raw.node, (), inner))
         return events
+
+    def called_region(self, node: cst.CSTNode) -> Region | None:
+        """Where a node of a function a step loop calls runs, when the step model has no region for it (the
+        function holds no event: ``mel_spectrogram(y)`` whose only read is ``if torch.min(y) < -1.:``): the
+        first call path from a step loop's body, followed ``MAX_DEPTH`` calls deep. Only XLA311 asks."""
+        function = self.function_of(node)
+        if function is None:
+            return None
+        if self._called_from_steps is None:
+            self._called_from_steps = self._calls_from_steps()
+        found = self._called_from_steps.get(function)
+        return Region(found[0], found[1], function) if found is not None else None
+
+    def _calls_from_steps(self) -> dict[cst.FunctionDef, tuple]:
+        c = self._c
+        found: dict[cst.FunctionDef, tuple] = {}
+        with_loops = {c.loop_function[s.loop] for s in self.loops.values()}  # type: ignore[attr-defined]
+        todo: list[tuple] = []
+        for step in self.loops.values():  # type: ignore[attr-defined]
+            for raw in c.raw.get(c.loop_function[step.loop], ()):
+                if raw.kind in (CALL, FORWARD) and self._inner_loop(raw.loop, step.loop) is not False:
+                    todo.append((step, (raw.node,)))
+        while todo:
+            step, path = todo.pop(0)
+            call = path[-1]
+            target = self.forward_of(call) if isinstance(call, cst.Call) else None
+            if target is None or target in found or target in with_loops or len(path) > self.MAX_DEPTH:
+                continue
+            found[target] = (step, path)
+            todo += [(step, (*path, raw.node)) for raw in c.raw.get(target, ()) if raw.kind in (CALL, FORWARD)]
+        return found
 
     def _inner_loop(self, raw_loop: Loop | None, loop: Loop | None) -> Loop | None | bool:
         """For a node whose innermost loop is ``raw_loop``: None when it runs once per iteration of ``loop``
