@@ -7,6 +7,12 @@ What it does:
     moves the model to the XLA device just before the optimizer is built (``model.to(device)``:
     ``Module.to`` moves in place and returns the module, so the later move is a no-op). Where no statement
     can go before the optimizer (a one-line suite), it reports the move instead, with the optimizer's line.
+    An optimizer over a submodule's parameters (``{'params': model.backbone.parameters()}`` groups) counts as
+    built from the model, and the move may sit in a later branch: a move in every branch of an ``if``/``else``
+    (DeepLabV3Plus's checkpoint test), in a ``try`` body or under ``if torch.cuda.is_available():`` moves on
+    every path; one that only some paths take (``if use_gpu: model.to(device)``) is moved above the
+    optimizer too and reported, as the model now moves on every path. A move of a submodule after the
+    model's optimizer (``model.head.cuda()``) is reported: the submodule may not exist above it.
     A model read out of a checkpoint together with its pickled optimizer (``model = checkpoint["model"]``,
     ``optimizer = checkpoint["optimizer"]``) and then moved is reported: no statement can go before the
     unpickling. So is a move inside a function that receives the model with its optimizer (``def
