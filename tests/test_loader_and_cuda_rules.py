@@ -144,6 +144,34 @@ def test_xla107_moves_a_model_above_the_optimizer_built_from_its_parameters():
         assert again.code == result.code and again.changes == []
 
 
+def test_xla107_counts_parameter_groups_of_submodules_and_moves_in_every_branch():
+    source = (ROOT / "fixtures" / "XLA107" / "parameter_groups_in_branches.in.py").read_text()
+    for target in ("sagemaker", "2.9"):
+        # DeepLabV3Plus: SGD over model.backbone/model.classifier groups, model.to(device) in both branches of
+        # the checkpoint test; filter(...) with the move in a try body; a list of groups; a move under `if
+        # use_gpu:` only (moved above, and reported); a submodule's move (reported, not moved).
+        result = migrate(source, target=target, select=["XLA107"])
+        assert [c.line for c in result.changes if "before the optimizer" in c.message] == [21, 36, 46, 54]
+        assert [f.line for f in result.findings] == [56, 64], result.findings
+        assert "only when `use_gpu` (line 55)" in result.findings[0].message
+        assert "a part of `model`" in result.findings[1].message
+        assert "    model.to(device)\n    # Parameter groups" in result.code
+        again = migrate(result.code, target=target, select=["XLA107"])
+        assert again.code == result.code and again.changes == []
+
+
+def test_xla107_reports_a_move_missing_from_one_branch_of_an_elif_chain():
+    def source(middle: str) -> str:
+        return ("import torch\nimport torch.nn as nn\n\n\ndef f(mode, device):\n    model = nn.Linear(2, 2)\n"
+                "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    if mode == 1:\n        model.to(device)\n"
+                f"    elif mode == 2:\n        {middle}\n    else:\n        model.cuda()\n    return opt\n")
+    everywhere = migrate(source("model.to(device)"), select=["XLA107"])
+    assert everywhere.findings == [] and len(everywhere.changes) == 1
+    missing = migrate(source("pass"), select=["XLA107"])
+    assert [f.line for f in missing.findings] == [9] and len(missing.changes) == 1
+    assert "only when `mode == 1` (line 8)" in missing.findings[0].message
+
+
 def test_xla107_moves_each_function_s_model_once():
     body = ("    model = nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
             "    model.cuda()\n    model.cuda()\n    return model, opt\n")

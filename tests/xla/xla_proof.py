@@ -80,6 +80,7 @@ SCRIPTS = [
     Script("host_labels", optimizer_steps=16, eval_batches=4, host_reads=2),
     Script("cpu_before_device", optimizer_steps=24),
     Script("optimizer_first"),
+    Script("optimizer_groups_branches"),
 ]
 SCRIPT_BY_NAME = {s.name: s for s in SCRIPTS}
 

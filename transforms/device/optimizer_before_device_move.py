@@ -7,6 +7,12 @@ What it does:
     moves the model to the XLA device just before the optimizer is built (``model.to(device)``:
     ``Module.to`` moves in place and returns the module, so the later move is a no-op). Where no statement
     can go before the optimizer (a one-line suite), it reports the move instead, with the optimizer's line.
+    An optimizer over a submodule's parameters (``{'params': model.backbone.parameters()}`` groups) counts as
+    built from the model, and the move may sit in a later branch: a move in every branch of an ``if``/``else``
+    (DeepLabV3Plus's checkpoint test), in a ``try`` body or under ``if torch.cuda.is_available():`` moves on
+    every path; one that only some paths take (``if use_gpu: model.to(device)``) is moved above the
+    optimizer too and reported, as the model now moves on every path. A move of a submodule after the
+    model's optimizer (``model.head.cuda()``) is reported: the submodule may not exist above it.
     A model read out of a checkpoint together with its pickled optimizer (``model = checkpoint["model"]``,
     ``optimizer = checkpoint["optimizer"]``) and then moved is reported: no statement can go before the
     unpickling. So is a move inside a function that receives the model with its optimizer (``def
@@ -64,6 +70,14 @@ class _Site:
     # Where the optimizer's parameters of ``model`` are read: the optimizer, or the earlier statement that
     # listed them (``decay = [p for n, p in model.named_parameters() ...]``).
     read_at: cst.CSTNode | None = None
+
+
+def _related(optimized: str, moved: str) -> bool:
+    """An optimizer over ``optimized``'s parameters loses them to a move of ``moved``: the same module or a
+    module that holds it (``model.to(device)`` moves ``model.backbone``'s parameters: DeepLabV3Plus's parameter
+    groups). A move of a submodule (``model.head.cuda()``) is reported, not put above the optimizer: the
+    submodule may not exist there yet."""
+    return optimized == moved or optimized.startswith(moved + ".")
 
 
 def _keyed_by_string(value: cst.BaseExpression) -> bool:
@@ -178,12 +192,14 @@ class OptimizerBeforeDeviceMove(Rule):
                     self._retie(move.model, made, move.node)  # type: ignore[arg-type]
                 self._report_unpickled_optimizer(scope, move)
                 self._report_optimizer_argument(scope, move)
-                built = [o for o in self._optimizers.get(scope, []) if o.model == move.model and o.line < move.line]
+                built = [o for o in self._optimizers.get(scope, [])
+                         if _related(o.model, move.model) and o.line < move.line]
                 if not built:
+                    self._report_submodule_move(scope, move)
                     continue
                 first = built[0]
                 read_at = first.read_at or first.node
-                if any(m.model == move.model and m.line < self.ctx.position(read_at)[0] for m in moves):
+                if any(_related(move.model, m.model) and m.line < self.ctx.position(read_at)[0] for m in moves):
                     continue  # moved before the optimizer too (the output of an earlier run): it holds those
                 if (scope, move.model) in self._moved_before:
                     continue  # a second move after the same optimizer: the first one's edit covers it
@@ -198,6 +214,7 @@ class OptimizerBeforeDeviceMove(Rule):
                                        f"XLA the move of line {move.line} makes new parameter objects, so an "
                                        "optimizer built before it would keep the old CPU ones and the model would "
                                        "not train (the later move is then a no-op)")
+                    self._report_partial_moves(moves, first)
                     continue
                 self.finding(
                     move.node,
@@ -206,6 +223,87 @@ class OptimizerBeforeDeviceMove(Rule):
                     f"keeps the old CPU ones and the model does not train",
                     f"move `{short(move.node)}` above line {first.line}, so that the optimizer is built from "
                     f"the parameters on the device")
+
+    def _report_partial_moves(self, moves: list[_Site], optimizer: _Site) -> None:
+        """Moves that only some paths take (``if opts.gpu: model.cuda()`` with no move in the ``else``, a move
+        in an ``except`` only): the move put above the optimizer runs on every path, so it is reported with the
+        condition. A move in every branch of an ``if``/``elif``/``else`` (DeepLabV3Plus's checkpoint test), in
+        a ``try`` body or in a ``finally`` is a move on every path, and so is one under ``if
+        torch.cuda.is_available():`` (the migration takes that branch)."""
+        later = [m for m in moves if _related(optimizer.model, m.model) and m.line > optimizer.line]
+        conditions = [self._partial_condition(m, moves, optimizer) for m in later]
+        if not later or None in conditions:
+            return  # some path moves the model on every path: the earlier move changes no path
+        (line, condition), move = conditions[0], later[0]
+        self.finding(
+            move.node,
+            f"`{short(move.node)}` moves the model only {condition} (line {line}), after the optimizer of line "
+            f"{optimizer.line} was built from its parameters: the move put above the optimizer runs on every path",
+            "if the other path must keep the model on the CPU, build the optimizer after the move on each path "
+            "instead")
+
+    def _partial_condition(self, move: _Site, moves: list[_Site], optimizer: _Site) -> tuple[int, str] | None:
+        """The branch (line, words) that holds ``move`` while a sibling path does not move the model, between
+        the move and the block of the optimizer; None when the move runs on every path through there."""
+        statement = self.ctx.enclosing_statement(optimizer.read_at or optimizer.node)
+        around_optimizer = set(self._ancestors(statement)) if statement is not None else set()
+        moved_calls = {id(m.node) for m in moves if _related(move.model, m.model)}
+        child, parent = move.node, self.ctx.parent(move.node)
+        while parent is not None and parent not in around_optimizer:
+            other: cst.CSTNode | None = child
+            if isinstance(parent, cst.If) and child in (parent.body, parent.orelse):
+                other = parent.orelse if child is parent.body else parent.body
+                words = f"when `{short(parent.test)}`" if child is parent.body else f"unless `{short(parent.test)}`"
+            elif isinstance(parent, cst.ExceptHandler):
+                other = self.ctx.parent(parent).body  # the try body: a move there is a move on this path
+                words = f"when `except {short(parent.type)}` catches" if parent.type else "when an exception is caught"
+            if other is not child and not self._always_moves(other, moved_calls) and not self._checks_cuda(parent):
+                return self.ctx.position(parent)[0], words
+            child, parent = parent, self.ctx.parent(parent)
+        return None
+
+    def _always_moves(self, node: cst.CSTNode | None, moved_calls: set[int]) -> bool:
+        """Every path through ``node`` (a block, a branch, a statement) runs one of ``moved_calls``."""
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return any(id(call) in moved_calls for call in patterns.find_all(node, lambda n: isinstance(n, cst.Call)))
+        if isinstance(node, cst.IndentedBlock):
+            return any(self._always_moves(statement, moved_calls) for statement in node.body)
+        if isinstance(node, cst.If):  # a CUDA check is the branch the migration takes
+            return self._always_moves(node.body, moved_calls) and (
+                self._checks_cuda(node) or self._always_moves(node.orelse, moved_calls))
+        if isinstance(node, (cst.Else, cst.With, cst.Finally)):
+            return self._always_moves(node.body, moved_calls)
+        if isinstance(node, cst.Try):
+            return self._always_moves(node.body, moved_calls) or self._always_moves(node.finalbody, moved_calls)
+        return False  # nothing, a loop (it may run no time) or a definition (it runs elsewhere)
+
+    def _report_submodule_move(self, scope: object, move: _Site) -> None:
+        """``optimizer = SGD(model.parameters()); model.head.cuda()``: the optimizer loses the head's
+        parameters on XLA. ``model.head`` may not exist (or be another module) where the optimizer is built,
+        so it is reported."""
+        holders = [o for o in self._optimizers.get(scope, [])
+                   if move.model.startswith(o.model + ".") and o.line < move.line]
+        if holders:
+            self.finding(
+                move.node,
+                f"`{short(move.node)}` moves a part of `{holders[0].model}` after an optimizer was built from its "
+                f"parameters (line {holders[0].line}): on XLA the move makes new parameter objects, so the "
+                "optimizer keeps the old CPU ones of that part and it does not train",
+                f"move `{holders[0].model}` (or this part) to the device above line {holders[0].line}")
+
+    def _ancestors(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        found = []
+        while node is not None:
+            found.append(node)
+            node = self.ctx.parent(node)
+        return found
+
+    def _checks_cuda(self, node: cst.CSTNode) -> bool:
+        """``if torch.cuda.is_available():``: the migration takes that branch on XLA, so it is every path."""
+        test = getattr(node, "test", None)
+        return test is not None and any(
+            any(n.startswith("torch.cuda.") for n in self.ctx.qualnames(call.func))
+            for call in patterns.find_all(test, lambda n: isinstance(n, cst.Call)))
 
     def _report_unpickled_optimizer(self, scope: object, move: _Site) -> None:
         """``model = checkpoint["model"]; optimizer = checkpoint["optimizer"]``, then the model moves: the
