@@ -198,3 +198,64 @@ def test_entry_point_for_main_called_with_a_constant():
     # The parameter takes main's own name for it.
     assert "def _mp_fn(index, distributed):\n" in result.code and "    main(distributed)\n" in result.code
     assert "xmp.spawn(_mp_fn, args=(True,))" in result.code
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+@pytest.mark.parametrize("form", ["xm", "ddp"])
+def test_world_size_from_the_cuda_count_is_reported(target, form):
+    """world_size = torch.cuda.device_count() fed to init_process_group: the migrated group ignores it, the
+    script's batch_size // world_size still divides by 0: XLA404 names the line and the fix (issue 29)."""
+    source = textwrap.dedent('''\
+        import torch
+        import torch.distributed as dist
+
+
+        def main():
+            world_size = torch.cuda.device_count()
+            dist.init_process_group("nccl", world_size=world_size, rank=0)
+            print(64 // world_size)
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    result = migrate(source, target=target, data_parallel=form)
+    spelled = "xr.world_size()" if target == "2.9" else "xm.xrt_world_size()"
+    found = [f for f in result.findings if f.code == "XLA404" and "torch.cuda.device_count()" in f.message]
+    assert len(found) == 1 and found[0].line == 7 and "(line 6)" in found[0].message
+    assert f"world_size = {spelled} on line 6" in found[0].fix
+    # rank=0 is no count: nothing said about it
+    assert not any("rank=" in f.message for f in found)
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_spawned_worker_takes_the_process_group_rank_from_the_runtime(target):
+    """barlowtwins on SLURM: args.rank = node_id * args.ngpus_per_node (a CUDA count) in the launcher, then
+    args.rank += gpu in the worker: the rank is rebound to the XLA ordinal after that update, not before it
+    (rebinding first would add the launcher's index twice); a rank that is no count is left alone."""
+    source = textwrap.dedent('''\
+        import os
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+
+        def worker(gpu, args):
+            args.rank += gpu
+            dist.init_process_group("nccl", init_method=args.url, world_size=args.world_size, rank=args.rank)
+            print(args.batch_size // args.world_size)
+
+
+        def main(args):
+            args.ngpus = torch.cuda.device_count()
+            args.rank = int(os.environ["NODE"]) * args.ngpus
+            args.world_size = int(os.environ["NODES"]) * args.ngpus
+            mp.spawn(worker, (args,), args.ngpus)
+        ''')
+    ordinal = "xr.global_ordinal()" if target == "2.9" else "xm.get_ordinal()"
+    code = migrate(source, target=target).code
+    body = code[code.index("def worker"):code.index("def main")]
+    assert body.index("args.rank += gpu") < body.index(f"args.rank = {ordinal}")
+    assert body.count("args.world_size = ") == 1 and body.count("args.rank = ") == 1
+    plain = migrate(source.replace('int(os.environ["NODE"]) * args.ngpus', "0"), target=target).code
+    assert f"args.rank = {ordinal}" not in plain

@@ -29,6 +29,11 @@ What it does:
     ``is_initialized()`` are rewritten as above (over the hosts: ``xr.process_count() > 1``); every
     ``torch.distributed`` collective is reported, since its replicas no longer exist.
 
+    Whatever the form, a ``world_size=`` or ``rank=`` the script computed from ``torch.cuda.device_count()``
+    (``world_size = torch.cuda.device_count()``) is reported with its line: 0 on an XLA host, and the
+    script's own ``batch_size // world_size`` still reads it (fix: bind it to ``xm.xrt_world_size()`` /
+    ``xr.world_size()``). What an ``mp.spawn`` worker is passed, XLA407 rebinds in the worker.
+
     In a script that is distributed but migrated with ``--single`` nothing distributed is rewritten, and
     one finding says so. ``torch.cuda.set_device(local_rank)`` is removed by XLA102.
 
@@ -58,6 +63,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate.analysis.facts import MP_SPAWN
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.distributed import dist_all_reduce_to_xm as all_reduce_rule
@@ -104,6 +110,8 @@ class ProcessGroupToXla(Rule):
         name = common.dist_call(ctx, node, *REMOVED, "barrier", "is_initialized", *COLLECTIVES)
         if name is None:
             return
+        if name == "init_process_group":
+            self._arguments_from_cuda_count(node)
         if ctx.ddp_form:
             if name == "init_process_group":
                 self._on_xla_backend(node)
@@ -238,6 +246,35 @@ class ProcessGroupToXla(Rule):
                         for key, value in (("MASTER_ADDR", "localhost"), ("MASTER_PORT", MASTER_PORT))]
             self.insert_before(statement, defaults, "MASTER_ADDR/MASTER_PORT defaulted for the xla process "
                                "group's rendezvous (the XLA launcher sets neither)")
+
+    def _arguments_from_cuda_count(self, node: cst.Call) -> None:
+        """``world_size=``/``rank=`` computed from ``torch.cuda.device_count()`` (``world_size =
+        torch.cuda.device_count()``): 0 on an XLA host, and the group no longer replaces it, so the script's own
+        ``batch_size // world_size`` divides by 0. Reported (XLA407 rebinds what a spawned worker is passed)."""
+        ctx = self.ctx
+        spawns = bool(patterns.find_all(ctx.module, lambda n: ctx.is_call_to(n, *MP_SPAWN)))
+        scope = ctx.parent(node)
+        while scope is not None and not isinstance(scope, cst.FunctionDef):
+            scope = ctx.parent(scope)
+        for keyword_name, concept in (("world_size", "world_size"), ("rank", "ordinal")):
+            argument = patterns.keyword(node, keyword_name)
+            if argument is None or not isinstance(argument.value, (cst.Name, cst.Attribute)):
+                continue
+            if isinstance(argument.value, cst.Attribute) and spawns:
+                continue  # an object passed to spawned workers: XLA407 rebinds it there
+            code = patterns.code_of(argument.value)
+            where = scope if isinstance(argument.value, cst.Name) and scope is not None else ctx.module
+            for assign in patterns.find_all(where, lambda n: isinstance(n, cst.Assign)):
+                if not (any(patterns.code_of(t.target) == code for t in assign.targets) and patterns.find_all(
+                        assign.value, lambda n: ctx.is_call_to(n, "torch.cuda.device_count"))):
+                    continue
+                line = ctx.position(assign)[0]
+                spelled = ctx.target.spelling(concept).template.format(xm="xm", xr="xr")  # no import for a finding
+                self.finding(node, f"{keyword_name}={code}: {code} is computed from torch.cuda.device_count() (line "
+                             f"{line}), 0 on an XLA host; the migrated process group does not take it, but the "
+                             f"script's own uses of it still do (batch_size // {code} divides by 0)",
+                             f"bind {code} = {spelled} on line {line}")
+                break
 
     def _removable_if(self, statement: cst.Expr) -> cst.If | None:
         """The ``if`` around ``statement`` when it is the only thing it does and its test only asks

@@ -11,7 +11,11 @@ What it does:
       XLA world size first thing (one process per device; on one host, the device count). So does an
       attribute of an object passed to the workers that holds the count (barlowtwins:
       ``args.ngpus_per_node = torch.cuda.device_count()``, ``args.world_size = args.ngpus_per_node``):
-      ``args.world_size = xr.world_size()`` at the top of the worker.
+      ``args.world_size = xr.world_size()`` at the top of the worker. The process group's ``world_size=`` and
+      ``rank=`` attributes the launcher computed from the count (barlowtwins on SLURM: ``args.rank = node_id *
+      args.ngpus_per_node``) are rebound too: the rank to ``xr.global_ordinal()`` right after the worker's own
+      update of it (``args.rank += gpu``; ImageNet's ``args.rank = args.rank * ngpus_per_node + gpu``), so
+      ``batch_size // args.world_size`` and the rank-0 tests see the XLA runtime's numbers.
     - Otherwise (torchrun scripts), ``def _mp_fn(index): main()`` is added once, right after the entry
       function, and the ``__main__`` block launches it instead of calling the entry function:
       ``main(args)`` becomes ``xmp.spawn(_mp_fn, args=(args,))`` with ``def _mp_fn(index, args):
@@ -62,7 +66,7 @@ import libcst as cst
 from libcst.metadata import GlobalScope
 
 from xla_migrate.syntax import patterns
-from xla_migrate.analysis.facts import MP_SPAWN
+from xla_migrate.analysis.facts import INIT_PROCESS_GROUP, MP_SPAWN
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
@@ -146,24 +150,28 @@ class SpawnEntryPoint(Rule):
         counts = self._device_count_names(node)
         parameters = worker.params.params
         statements = []
-        for position, element in enumerate(args.elements):
-            if position + 1 >= len(parameters) or not isinstance(element.value, cst.Name):
-                continue
-            name = parameters[position + 1].name.value
-            if element.value.value in counts:
+        passed = [(parameters[position + 1].name.value, element.value.value)
+                  for position, element in enumerate(args.elements)
+                  if position + 1 < len(parameters) and isinstance(element.value, cst.Name)]
+        count_parameters = {name for name, value in passed if value in counts}
+        for name, value in passed:
+            if value in counts:
                 statements.append(self.ctx.statement(f"{name} = {self.ctx.spell('world_size')}"))
                 continue
             # an object carrying the count (barlowtwins: args.world_size = args.ngpus_per_node = the CUDA count)
-            for attribute in self._device_count_attributes(node, element.value.value, counts):
+            holder = value
+            sizes = self._device_count_attributes(node, holder, counts)
+            for attribute in sizes:
                 statements.append(self.ctx.statement(f"{name}.{attribute} = {self.ctx.spell('world_size')}"))
+            self._process_group_from_count(node, worker, holder, name, counts, count_parameters, sizes, statements)
         if not statements:
             return
         statements[0] = statements[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
             "# The XLA launcher starts one process per XLA device: the launcher's count was CUDA's (0 here)."))])
         first = worker.body.body[0]
         anchor, where = (first, "after") if patterns.is_docstring(first) else (first, "before")
-        message = (f"{', '.join(patterns.code_of(s.body[0].targets[0].target) for s in statements)} = the XLA world "
-                   "size in the worker: the device count passed by the launcher was torch.cuda.device_count()")
+        message = (f"{', '.join(patterns.code_of(s.body[0].targets[0].target) for s in statements)} rebound from "
+                   "the XLA runtime in the worker: the launcher computed them from torch.cuda.device_count()")
         (self.insert_after if where == "after" else self.insert_before)(anchor, statements, message)
 
     def _device_count_attributes(self, node: cst.Call, holder: str, counts: set[str]) -> list[str]:
@@ -183,6 +191,76 @@ class SpawnEntryPoint(Rule):
                 if target.attr.value not in found:
                     found.append(target.attr.value)
         return found
+
+    def _process_group_from_count(self, node: cst.Call, worker: cst.FunctionDef, holder: str, name: str,
+                                  counts: set[str], count_parameters: set[str], sizes: list[str],
+                                  statements: list) -> None:
+        """The worker's ``init_process_group(world_size=args.world_size, rank=args.rank)`` where the launcher
+        computed them from the CUDA count (barlowtwins on SLURM: ``args.world_size = nnodes * args.ngpus_per_node``,
+        ``args.rank = node_id * args.ngpus_per_node``, then ``args.rank += gpu`` in the worker): 0 or a CUDA
+        host's numbers. The world size is rebound with the others; the rank to the runtime's ordinal after the
+        worker's last own update of it (the launcher's index is the global ordinal already). So where that update
+        uses the count (ImageNet's ``args.rank = args.rank * ngpus_per_node + gpu``)."""
+        derived = self._count_derived_attributes(node, holder, counts, sizes)
+        for call in patterns.find_all(worker, lambda n: isinstance(n, cst.Call)
+                                      and self.ctx.is_call_to(n, *INIT_PROCESS_GROUP)):
+            for keyword_name, concept in (("world_size", "world_size"), ("rank", "ordinal")):
+                argument = patterns.keyword(call, keyword_name)
+                value = argument.value if argument is not None else None
+                if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name)
+                        and value.value.value == name and value.attr.value not in sizes):
+                    continue
+                anchor = self._last_update_before(worker, name, value.attr.value, call)
+                uses_count = anchor is not None and bool(patterns.find_all(anchor, lambda n: (
+                    isinstance(n, cst.Name) and n.value in count_parameters)))
+                if value.attr.value not in derived and not uses_count:
+                    continue
+                sizes.append(value.attr.value)  # rebound once
+                rebind = self.ctx.statement(f"{name}.{value.attr.value} = {self.ctx.spell(concept)}")
+                if anchor is None:
+                    statements.append(rebind)
+                    continue
+                rebind = rebind.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+                    f"# The process group's {keyword_name} came from CUDA's device count: the XLA runtime's instead."))])
+                self.insert_after(anchor, [rebind], f"{name}.{value.attr.value} = the XLA runtime's after "
+                                  f"{short(anchor)}: the process group's {keyword_name} came from "
+                                  "torch.cuda.device_count()")
+
+    def _count_derived_attributes(self, node: cst.Call, holder: str, counts: set[str], sizes: list[str]) -> set[str]:
+        """Attributes of ``holder`` that some assignment of the launching function computes from the CUDA count
+        (``int(os.getenv("SLURM_NNODES")) * args.ngpus_per_node``)."""
+        def from_count(value: cst.BaseExpression) -> bool:
+            return bool(patterns.find_all(value, lambda n: (
+                (isinstance(n, cst.Call) and self.ctx.is_call_to(n, "torch.cuda.device_count"))
+                or (isinstance(n, cst.Name) and n.value in counts)
+                or (isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == holder
+                    and n.attr.value in sizes))))
+        derived = set(sizes)
+        for assign in patterns.find_all(self._launching_scope(node), lambda n: isinstance(n, cst.Assign)):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                    and target.value.value == holder and from_count(assign.value)):
+                derived.add(target.attr.value)
+        return derived
+
+    def _last_update_before(self, worker: cst.FunctionDef, name: str, attribute: str,
+                            call: cst.Call) -> cst.BaseStatement | None:
+        """The last top-level statement of ``worker`` before the one holding ``call`` that assigns
+        ``name.attribute`` (``args.rank += gpu``), or None."""
+        def assigns(statement: cst.BaseStatement) -> bool:
+            def targets_it(target: cst.BaseExpression) -> bool:
+                return (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                        and target.value.value == name and target.attr.value == attribute)
+            return bool(patterns.find_all(statement, lambda n: (
+                (isinstance(n, cst.Assign) and any(targets_it(t.target) for t in n.targets))
+                or (isinstance(n, (cst.AugAssign, cst.AnnAssign)) and targets_it(n.target)))))
+        last = None
+        for statement in worker.body.body:
+            if patterns.find_all(statement, lambda n: n is call):
+                return last
+            if assigns(statement):
+                last = statement
+        return None
 
     def _launching_scope(self, node: cst.Call) -> cst.CSTNode:
         function = self.ctx.parent(node)
