@@ -338,9 +338,14 @@ def run_ahead(cases: list[tuple[str, str]]) -> None:
     if not _pool:
         _pool.append(ThreadPoolExecutor(PROOF_WORKERS, thread_name_prefix="xla-proof"))
     for key in cases:
-        if key not in _STARTED:
-            _STARTED.add(key)
+        if key in _STARTED:
+            continue
+        _STARTED.add(key)
+        try:
             _AHEAD[key] = _pool[0].submit(_runs, *_migration(*key))
+        except Exception as error:  # a migration that fails fails its own case's tests, not the one asking now
+            _AHEAD[key] = Future()
+            _AHEAD[key].set_exception(error)
 
 
 RECORD: list[tuple[str, str, Run]] = []  # every migrated run, for the tier summary
