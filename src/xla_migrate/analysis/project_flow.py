@@ -45,22 +45,30 @@ def dotted(node: ast.expr) -> str | None:
 _MOVES = ("to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16", "double")
 
 
-def own_calls(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str], ...]:
-    """The calls of a function's own code (nested functions are not run by calling it): ("name", f) for
-    ``f(...)``, ("self", m) for ``self.m(...)``."""
-    found: list[tuple[str, str]] = []
+def own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
+    """The nodes of a function's own code (nested functions, lambdas and classes are not run by calling it)."""
+    found: list[ast.AST] = []
     todo: list[ast.AST] = list(function.body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
+        found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def own_calls(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str], ...]:
+    """The calls of a function's own code (:func:`own_nodes`): ("name", f) for ``f(...)``, ("self", m) for
+    ``self.m(...)``."""
+    found: list[tuple[str, str]] = []
+    for node in own_nodes(function):
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name):
                 found.append(("name", node.func.id))
             elif isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
                     and node.func.value.id == "self":
                 found.append(("self", node.func.attr))
-        todo.extend(ast.iter_child_nodes(node))
     return tuple(dict.fromkeys(found))
 
 

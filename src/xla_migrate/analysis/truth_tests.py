@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 
+from .project_flow import dotted, own_nodes
+
 # torch functions that answer on the host without reading a tensor's value.
 HOST_TORCH = ("torch.is_tensor", "torch.is_floating_point", "torch.is_complex", "torch.is_grad_enabled",
               "torch.is_inference_mode_enabled", "torch.get_default_dtype", "torch.numel", "torch.is_storage",
@@ -41,13 +43,10 @@ def torch_aliases(tree: ast.Module) -> dict[str, str]:
 
 
 def _torch_call(func: ast.expr, aliases: dict[str, str]) -> str | None:
-    parts = []
-    while isinstance(func, ast.Attribute):
-        parts.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name) or func.id not in aliases:
-        return None
-    return ".".join([aliases[func.id], *reversed(parts)])
+    """The called torch name, its module alias spelled out (``F.relu`` -> ``torch.nn.functional.relu``)."""
+    name = dotted(func)
+    head, dot, rest = (name or "").partition(".")
+    return aliases[head] + dot + rest if head in aliases else None
 
 
 class _Evidence:
@@ -93,7 +92,7 @@ class _Evidence:
     def bind(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """The names the function binds to tensors, to a fixed point (``t = torch.relu(x)``; ``t = t / 2``)."""
         assignments = [(n.targets[0] if isinstance(n, ast.Assign) else n.target, n.value)
-                       for n in _own_nodes(function) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                       for n in own_nodes(function) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                        and n.value is not None and (not isinstance(n, ast.Assign) or len(n.targets) == 1)]
         changed = True
         while changed:
@@ -106,19 +105,6 @@ class _Evidence:
                     changed = True
 
 
-def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
-    """The nodes of a function's own code (nested functions and classes are not run by calling it)."""
-    found: list[ast.AST] = []
-    todo: list[ast.AST] = list(function.body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        found.append(node)
-        todo.extend(ast.iter_child_nodes(node))
-    return found
-
-
 def first_truth_test(function: ast.FunctionDef | ast.AsyncFunctionDef,
                      aliases: dict[str, str]) -> tuple[int, str, bool] | None:
     """The first ``if``/``while``/``assert`` of a function's own code whose test reads a tensor: (line,
@@ -128,11 +114,11 @@ def first_truth_test(function: ast.FunctionDef | ast.AsyncFunctionDef,
     evidence = _Evidence(aliases)
     evidence.bind(function)
     looped: set[int] = set()
-    for node in _own_nodes(function):
+    for node in own_nodes(function):
         if isinstance(node, (ast.For, ast.While, ast.AsyncFor)):
             looped |= {id(n) for child in node.body for n in ast.walk(child)}
     found: tuple[int, str, bool] | None = None
-    for node in _own_nodes(function):
+    for node in own_nodes(function):
         if not isinstance(node, (ast.If, ast.While, ast.Assert)) or not evidence.reads(node.test):
             continue
         keyword = {ast.If: "if", ast.While: "while", ast.Assert: "assert"}[type(node)]
