@@ -111,14 +111,7 @@ def without_trailing_comma(args: list[cst.Arg]) -> list[cst.Arg]:
 def find_all(tree: cst.CSTNode, predicate) -> list[cst.CSTNode]:
     """Every node in ``tree`` (itself included) for which ``predicate`` holds, in source order.
     (libcst.matchers.findall does this too, but importing libcst.matchers costs 0.2 s at start-up.)"""
-    found = []
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if predicate(node):
-            found.append(node)
-        stack.extend(reversed(walk.children(node)))
-    return found
+    return [node for node in walk.subtree(tree) if predicate(node)]
 
 
 # Where a rule's template (code spelled by the target) takes an expression from the script: parse the template
