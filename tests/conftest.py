@@ -1,6 +1,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT / "tests", ROOT / "tools", ROOT / "benchmarks"):
     if str(extra) not in sys.path:
@@ -21,3 +23,20 @@ try:
     settings.load_profile("ci" if os.environ.get("CI") else "dev")
 except ImportError:  # hypothesis comes with the test extra; without it the property tests fail to import
     pass
+
+
+# Under pytest-xdist (tools/test.sh) the proof tier runs in the workers; each sends its summary lines
+# (tests/xla/conftest.py) and the main process prints them together at the end.
+_XLA_TIER_LINES: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _XLA_TIER_LINES.extend(getattr(node, "workeroutput", {}).get("xla_tier", []))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _XLA_TIER_LINES:
+        terminalreporter.write_sep("-", "xla tier (pytest-xdist workers)")
+        for line in _XLA_TIER_LINES:
+            terminalreporter.write_line(line)

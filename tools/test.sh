@@ -14,4 +14,6 @@ fi
 # torch 2.9.0 + torch-xla 2.9.0 (target 2.9) and torch 2.6.0 + torch-xla 2.6.1 (target sagemaker).
 tools/xla_envs.sh all
 
-exec .venv/bin/python -m pytest "$@"
+# One pytest-xdist worker per core (XLA_MIGRATE_TEST_WORKERS sets another count, 0 for none); a test file's tests
+# stay in one worker, since a file's cases share their migrations and torch_xla runs.
+exec .venv/bin/python -m pytest -n "${XLA_MIGRATE_TEST_WORKERS:-auto}" --dist loadfile "$@"

@@ -10,9 +10,18 @@ import xla_proof as xp  # noqa: E402
 
 
 def pytest_terminal_summary(terminalreporter):
+    lines = summary_lines()
+    if lines:
+        terminalreporter.write_sep("-", "xla tier")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def summary_lines() -> list[str]:
+    """The tier's summary: scripts run per environment, then one line per migrated run."""
     if not xp.RECORD and not xp.SKIPPED:
-        return
-    parts = []
+        return []
+    lines, parts = [], []
     for env in xp.TARGETS:
         fixtures = [run for e, name, run in xp.RECORD if e == env and "/" not in name]
         extra = [run for e, name, run in xp.RECORD if e == env and "/" in name]
@@ -20,22 +29,22 @@ def pytest_terminal_summary(terminalreporter):
         skipped = {name for e, name, _ in xp.SKIPPED if e == env}
         parts.append(f"{env} env ran {len(fixtures)} migrated scripts + {len(extra)} hand-written runs "
                      f"({len(failed)} exited non-zero; {len(skipped)} not run: {', '.join(sorted(skipped)) or 'none'})")
-    terminalreporter.write_sep("-", "xla tier")
-    terminalreporter.write_line("xla tier: " + "; ".join(parts))
+    lines.append("xla tier: " + "; ".join(parts))
     for env, name, reason in sorted(xp.SKIPPED):
-        terminalreporter.write_line(f"  not run: {env}/{name}: {reason}")
+        lines.append(f"  not run: {env}/{name}: {reason}")
     for env, name, run in xp.RECORD:
         last = run.final
         if last is None:
-            terminalreporter.write_line(f"  {env}/{name}: exit {run.returncode}, {run.wall:.1f} s (no metrics: "
-                                        f"torch_xla never reached a step marker)")
+            lines.append(f"  {env}/{name}: exit {run.returncode}, {run.wall:.1f} s (no metrics: "
+                         f"torch_xla never reached a step marker)")
             continue
         fallbacks = ", ".join(f"{op} {n}" for op, n in sorted(last.fallbacks.items()) if n) or "none"
-        terminalreporter.write_line(
+        lines.append(
             f"  {env}/{name}: exit {run.returncode}, {len(run.losses)} steps, {len(run.blocks)} step markers, "
             f"compiles {last.compiles}, runs {last.runs}, "
             f"host reads {last.reads} ({run.closure_reads} in closures), CPU fallbacks {fallbacks}, {run.wall:.1f} s"
             + (f", max |loss delta| {xp.DELTAS[(env, name)]:.2g}" if (env, name) in xp.DELTAS else ""))
+    return lines
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only the cases of the tests that will run
@@ -54,4 +63,7 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: tests/conftest.py prints its summary in the main process
+        workeroutput["xla_tier"] = summary_lines()
     xp.cleanup()  # the scripts' working folders (XLA_PROOF_KEEP=1 keeps them)

@@ -322,8 +322,10 @@ def _runs(script: Script, env: str, python: Path, target: str, source: str, resu
 
 
 # Each case's runs are processes of one thread (OMP_NUM_THREADS=1), so the tier runs them a few at a time: its
-# wall time divides by the cores (CI's time budget). XLA_PROOF_WORKERS=1 runs them one by one, as they are needed.
-PROOF_WORKERS = max(1, min(int(os.environ.get("XLA_PROOF_WORKERS") or 0) or (os.cpu_count() or 1), 4))
+# wall time divides by the cores (CI's time budget). XLA_PROOF_WORKERS=1 runs them one by one, as they are needed;
+# so does a pytest-xdist worker (tools/test.sh runs one per core already), unless XLA_PROOF_WORKERS says otherwise.
+_DEFAULT_WORKERS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else (os.cpu_count() or 1)
+PROOF_WORKERS = max(1, min(int(os.environ.get("XLA_PROOF_WORKERS") or 0) or _DEFAULT_WORKERS, 4))
 _AHEAD: dict[tuple[str, str], Future] = {}
 _STARTED: set[tuple[str, str]] = set()
 SELECTED: list[tuple[str, str]] = []  # the cases the selected tests need, in their order (tests/xla/conftest.py)
