@@ -31,9 +31,6 @@ def _mentions(notes, word: str) -> list:
 # Severity C (a crash the original did not have) ---------------------------------------------------------------
 
 
-@known_defect(29, "`if not torch.cuda.is_available() or not use_flash: return` becomes `if not use_flash: return`: "
-                  "the negated CUDA test is True on XLA, so the early return was always taken; now "
-                  "torch.cuda.get_device_properties runs on the XLA device (vit-pytorch simple_flash_attn_vit.py)")
 @BOTH
 def test_a_negated_cuda_guard_keeps_the_cuda_path_off(migrated, target):
     run = migrated("29-negated-cuda-guard-folded-wrong-way", target)

@@ -17,6 +17,10 @@ What it does:
       the ``if``), and so is an ``if`` whose branch held only removed CUDA code. An ``if`` line with a
       comment, or a branch ending in one, keeps its ``if`` with the folded test (``if True:``), so no
       comment is lost.
+    - ``if not torch.cuda.is_available() or not use_flash: return`` (a function's early ``return``, the code
+      after it the CUDA path): that code is the path the test selects, decided like a branch; when it needs
+      CUDA (``torch.cuda.get_device_properties``) the early return is always taken on XLA, and the code after
+      it, unreachable, goes (a finding names its lines).
     - ``assert torch.cuda.is_available()`` is removed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
@@ -113,6 +117,11 @@ def _test_leaves(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(test, cst.BooleanOperation):
         return _test_leaves(test.left) + _test_leaves(test.right)
     return [test] if isinstance(test, (cst.Name, cst.Attribute)) else []
+
+
+def _bare_return(suite: cst.BaseSuite) -> bool:
+    small = (suite.body[0] if isinstance(suite, cst.IndentedBlock) else suite).body[0]
+    return isinstance(small, cst.Return) and small.value is None
 
 
 def _only_messages(needs: list[tuple[cst.CSTNode, str]]) -> bool:
@@ -577,6 +586,13 @@ class CudaGates(GateReports, Rule):
                 value or orelse is None or isinstance(orelse, cst.Else)):
             self.remove(node, f"removed if {text}: its branch only held removed CUDA code")
             return
+        after = gates.fall_through(node, self.ctx.parent) if value else []
+        if in_block and quiet and after and _bare_return(node.body):
+            # `if <always>: return` ending the function: it and the unreachable code after it go.
+            for statement in [node, *after]:
+                self.remove(statement, f"removed if {text}: {value} on XLA, the early return is always taken "
+                            "and the code after it unreachable")
+            return
         if in_block and branch is not None and self._plain(branch) and (
                 value or orelse is None or isinstance(orelse, cst.Else)):
             def fold(updated: cst.If) -> cst.BaseStatement | cst.FlattenSentinel:
@@ -592,6 +608,8 @@ class CudaGates(GateReports, Rule):
 
             self.replace(node, fold, f"if {text}: {value} on XLA, kept the {'body' if value else 'else branch'}"
                          " without the if")
+            for statement in after:  # an early return always taken: what followed it is unreachable
+                self.remove(statement, f"removed: unreachable after the early return of if {text}")
             return
         self.replace(node.test, _constant(value), f"if {text} -> if {value} (its value on the XLA accelerator)")
 
