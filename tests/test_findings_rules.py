@@ -101,6 +101,17 @@ def test_hf_quantized_loading_and_device_map(target):
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_hf_flash_attention_2(target):
+    """Issue 29: the "flash_attention_2" choice (a default passed on to from_pretrained) and
+    use_flash_attention_2=True are reported with sdpa; a comparison with the literal, "sdpa" and
+    use_flash_attention_2=False are not."""
+    found, result = findings("XLA906/flash_attention.in.py", "XLA906", target)
+    assert [line for line, _ in found] == [5, 14], found
+    assert found[0][1].startswith('"flash_attention_2": transformers\' FlashAttention needs the flash_attn package')
+    assert all('attn_implementation="sdpa"' in f.fix for f in result.findings)
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_mpi_ranks(target):
     """Issue 29: the MPI import and each rank or world size read from a communicator (a name bound to
     MPI.COMM_WORLD, or COMM_WORLD itself) are reported with the XLA launchers to use."""

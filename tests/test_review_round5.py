@@ -60,8 +60,6 @@ def test_no_compile_cache_in_a_module_a_notebook_imports(tmp_path):
     assert not calls, f"predict.py today:\n{run.code['predict.py']}\nchanges: {_show(run.changes['predict.py'])}"
 
 
-@known_defect(29, "attn_implementation=\"flash_attention_2\" for from_pretrained is kept without a finding: "
-                  "transformers raises ImportError on a TPU host (LLaVA train_mem.py -> train.py:830/838)")
 @BOTH
 def test_flash_attention_2_is_rewritten_or_reported(migrated, target):
     run = migrated("29-hf-flash-attention-2-unreported", target)
