@@ -90,6 +90,18 @@ def test_torch_compile():
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_deepspeed(target):
+    """Issue 29: DeepSpeed's imports, calls into it and TrainingArguments(deepspeed=...) are reported with the
+    XLA form (the Trainer's FSDP with xla=True, torchrun / torch_xla.launch); an import under
+    ``except ImportError`` and deepspeed=None are not."""
+    found, result = findings("XLA901/deepspeed.in.py", "XLA901", target)
+    assert [line for line, _ in found] == [2, 3, 13, 18, 20], found
+    assert found[3][1].startswith("deepspeed=config: CUDA-only (DeepSpeed's engine")
+    assert all("DeepSpeed has no XLA accelerator" in message for _, message in found)
+    assert all('fsdp_config {"xla": true}' in f.fix for f in result.findings)
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_hf_quantized_loading_and_device_map(target):
     """Issue 29: bitsandbytes loading and accelerate's device_map never put the model on XLA; load_in_8bit=False
     and device_map=None are not reported."""

@@ -68,8 +68,6 @@ def test_flash_attention_2_is_rewritten_or_reported(migrated, target):
     assert rewritten or reported, f"findings: {_show(run.findings['finetune.py'])}"
 
 
-@known_defect(29, "a DeepSpeed program (deepspeed launcher, `from deepspeed import zero`, ZeRO-3 gathering) gets no "
-                  "finding that DeepSpeed does not run on XLA (FastChat train_lora.py, LLaVA train.py)")
 @BOTH
 def test_deepspeed_is_reported(migrated, target):
     run = migrated("29-deepspeed-unreported", target)
