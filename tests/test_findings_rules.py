@@ -124,6 +124,18 @@ def test_hf_flash_attention_2(target):
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_lightning_devices(target):
+    """Issue 29: a Lightning Trainer on gpus= / accelerator="gpu" with a DDP plugin or strategy name, and a torch
+    FSDPStrategy built for Fabric, are reported with Lightning's XLA form; accelerator="tpu" with "xla",
+    gpus=None and XLAFSDPStrategy are not."""
+    found, result = findings("XLA908/trainer_and_fabric.in.py", "XLA908", target)
+    assert [line for line, _ in found] == [8, 10, 17], found
+    assert found[0][1].startswith("Trainer(gpus=[0], strategy=DDPPlugin(find_unused_parameters=False)): asks")
+    assert found[2][1] == "FSDPStrategy(...): a Lightning strategy without an XLA backend"
+    assert all('accelerator="tpu"' in f.fix and "XLAFSDPStrategy" in f.fix for f in result.findings)
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_mpi_ranks(target):
     """Issue 29: the MPI import and each rank or world size read from a communicator (a name bound to
     MPI.COMM_WORLD, or COMM_WORLD itself) are reported with the XLA launchers to use."""
