@@ -20,7 +20,8 @@ What it does:
     - ``if not torch.cuda.is_available() or not use_flash: return`` (a function's early ``return``, the code
       after it the CUDA path): that code is the path the test selects, decided like a branch; when it needs
       CUDA (``torch.cuda.get_device_properties``) the early return is always taken on XLA, and the code after
-      it, unreachable, goes (a finding names its lines).
+      it, unreachable, goes (a finding names its lines). Code after the guard that does work other rules
+      migrate (``model.cuda()``, a device chosen) is the function's work: the guard is dropped instead.
     - ``assert torch.cuda.is_available()`` is removed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
@@ -477,6 +478,9 @@ class CudaGates(GateReports, Rule):
                 and owner.keyword.value in CUDA_KEYWORDS):
             found.append((owner, f"{owner.keyword.value}=True (a CUDA-only implementation)"))
         ignore = tuple(off)
+        after = gates.fall_through(owner, self.ctx.parent) if isinstance(owner, cst.If) else []
+        if after and self._does_the_work([c for part in after for c, _ in checker.constructs(part, ignore)], after):
+            code = [part for part in code if part not in after]  # a guard of the work itself, not of a CUDA path
         for part in code:
             if part in off:
                 continue
@@ -484,6 +488,20 @@ class CudaGates(GateReports, Rule):
             if isinstance(part, cst.BaseSuite) and checker.messages_only(part):
                 found.append((part, MESSAGE))
         return found
+
+    def _does_the_work(self, constructs: list[cst.CSTNode], statements: list[cst.CSTNode]) -> bool:
+        """The code after an early return holds work other rules migrate (a device chosen, a model moved)
+        outside its CUDA-only constructs: it is the function's work, which XLA runs; the guard is dropped and
+        the CUDA-only constructs reported, as before, rather than the work left out."""
+        parent = self.ctx.parent
+        edits = self.ctx.edits
+        # A construct found at its callee (`torch.cuda.get_device_properties`) covers its arguments too.
+        constructs = [parent(c) if isinstance(parent(c), cst.Call) and parent(c).func is c else c for c in constructs]
+        # What other rules edit there, and the device moves they migrate (also when they do not run).
+        moves = [n for s in statements for n in patterns.find_all(s, lambda n: isinstance(n, cst.Call) and (
+            patterns.method_call(n, "cuda") is not None or is_cuda_device_expr(n, self.ctx.qualnames)))]
+        work = [e for e in [*edits.replace, *edits.remove] if any(gates.inside(parent, e, s) for s in statements)]
+        return any(not any(gates.inside(parent, node, c) for c in constructs) for node in [*work, *moves])
 
     def _trim(self, node: cst.BaseExpression, statements: list[tuple[cst.BaseStatement, list[str]]]) -> None:
         ranges = [r for r in (self.ctx.code_range(s) for s, _ in statements) if r is not None]
