@@ -90,6 +90,18 @@ def test_torch_compile():
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_deepspeed(target):
+    """Issue 29: DeepSpeed's imports, calls into it and TrainingArguments(deepspeed=...) are reported with the
+    XLA form (the Trainer's FSDP with xla=True, torchrun / torch_xla.launch); an import under
+    ``except ImportError`` and deepspeed=None are not."""
+    found, result = findings("XLA901/deepspeed.in.py", "XLA901", target)
+    assert [line for line, _ in found] == [2, 3, 13, 18, 20], found
+    assert found[3][1].startswith("deepspeed=config: CUDA-only (DeepSpeed's engine")
+    assert all("DeepSpeed has no XLA accelerator" in message for _, message in found)
+    assert all('fsdp_config {"xla": true}' in f.fix for f in result.findings)
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_hf_quantized_loading_and_device_map(target):
     """Issue 29: bitsandbytes loading and accelerate's device_map never put the model on XLA; load_in_8bit=False
     and device_map=None are not reported."""
@@ -98,6 +110,29 @@ def test_hf_quantized_loading_and_device_map(target):
     assert found[1][1].startswith('device_map={"": local_rank}: accelerate places the weights')
     assert found[3][1].startswith("load_in_8bit=quantize: quantized loading needs CUDA")
     assert "torch.bfloat16" in result.findings[0].fix and "drop device_map" in result.findings[1].fix
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_hf_flash_attention_2(target):
+    """Issue 29: the "flash_attention_2" choice (a default passed on to from_pretrained) and
+    use_flash_attention_2=True are reported with sdpa; a comparison with the literal, "sdpa" and
+    use_flash_attention_2=False are not."""
+    found, result = findings("XLA906/flash_attention.in.py", "XLA906", target)
+    assert [line for line, _ in found] == [5, 14], found
+    assert found[0][1].startswith('"flash_attention_2": transformers\' FlashAttention needs the flash_attn package')
+    assert all('attn_implementation="sdpa"' in f.fix for f in result.findings)
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_lightning_devices(target):
+    """Issue 29: a Lightning Trainer on gpus= / accelerator="gpu" with a DDP plugin or strategy name, and a torch
+    FSDPStrategy built for Fabric, are reported with Lightning's XLA form; accelerator="tpu" with "xla",
+    gpus=None and XLAFSDPStrategy are not."""
+    found, result = findings("XLA908/trainer_and_fabric.in.py", "XLA908", target)
+    assert [line for line, _ in found] == [8, 10, 17], found
+    assert found[0][1].startswith("Trainer(gpus=[0], strategy=DDPPlugin(find_unused_parameters=False)): asks")
+    assert found[2][1] == "FSDPStrategy(...): a Lightning strategy without an XLA backend"
+    assert all('accelerator="tpu"' in f.fix and "XLAFSDPStrategy" in f.fix for f in result.findings)
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])

@@ -230,3 +230,30 @@ def test_a_launch_on_a_left_out_path_is_reported():
         """)
     assert "spawn" not in code and "train(0, 1)" in code
     assert [f.line for f in findings if f.code == "XLA104" and "one process" in f.message] == [9], findings
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_an_early_return_guard_is_decided_by_the_code_after_it(target):
+    """The code after `if not torch.cuda.is_available(): return` is the path the guard selects: an optional CUDA
+    query after it keeps the early return (always taken on XLA, the query gone, its lines reported), while the
+    function's own work after it (a model moved, which XLA runs) drops the guard instead."""
+    code, findings = _code("""
+        import torch
+
+        def gpu_major(use_flash):
+            if not torch.cuda.is_available() or not use_flash:
+                return None
+            return torch.cuda.get_device_properties(0).major
+
+        def train(model, batches):
+            if not torch.cuda.is_available():
+                return
+            model.cuda()
+            for x in batches:
+                model(x.cuda()).sum().backward()
+            print(torch.cuda.max_memory_allocated())
+        """, target)
+    major = code.split("def gpu_major(use_flash):\n", 1)[1].split("\n\n", 1)[0]
+    assert major.strip() == "return None", code
+    assert "get_device_properties" not in code and "if not" not in code and "model(x" in code, code
+    assert any(f.code == "XLA104" and f.line == 5 and "left out" in f.message for f in findings), findings

@@ -36,8 +36,6 @@ def test_folded_gate_leaves_no_name_unbound(migrated, target):
     assert bound or reported, f"memory_plan() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "a Lightning `Trainer(gpus=..., strategy=DDPPlugin(...))` is kept without a finding "
-                  "(PyTorch-VAE run.py): MisconfigurationException on a TPU host; only tensor moves are rewritten")
 @BOTH
 def test_lightning_trainer_on_gpus_is_rewritten_or_reported(migrated, target):
     run = migrated("29-lightning-trainer-gpus-unreported", target)
@@ -62,8 +60,6 @@ def test_a_renamed_selector_still_passes_its_own_check(migrated, target):
     assert default in allowed, f"scaled_act() today:\n{text}"
 
 
-@known_defect(29, "a Lightning Fabric program keeps FSDPStrategy (torch FSDP, no XLA backend) without a finding while "
-                  "its Fabric-owned optimizer step becomes xm.optimizer_step (litgpt pretrain.py)")
 @BOTH
 def test_lightning_fabric_strategy_is_rewritten_or_reported(migrated, target):
     run = migrated("29-lightning-fabric-strategy-unreported", target)

@@ -31,9 +31,6 @@ def _mentions(notes, word: str) -> list:
 # Severity C (a crash the original did not have) ---------------------------------------------------------------
 
 
-@known_defect(29, "`if not torch.cuda.is_available() or not use_flash: return` becomes `if not use_flash: return`: "
-                  "the negated CUDA test is True on XLA, so the early return was always taken; now "
-                  "torch.cuda.get_device_properties runs on the XLA device (vit-pytorch simple_flash_attn_vit.py)")
 @BOTH
 def test_a_negated_cuda_guard_keeps_the_cuda_path_off(migrated, target):
     run = migrated("29-negated-cuda-guard-folded-wrong-way", target)
@@ -63,8 +60,6 @@ def test_no_compile_cache_in_a_module_a_notebook_imports(tmp_path):
     assert not calls, f"predict.py today:\n{run.code['predict.py']}\nchanges: {_show(run.changes['predict.py'])}"
 
 
-@known_defect(29, "attn_implementation=\"flash_attention_2\" for from_pretrained is kept without a finding: "
-                  "transformers raises ImportError on a TPU host (LLaVA train_mem.py -> train.py:830/838)")
 @BOTH
 def test_flash_attention_2_is_rewritten_or_reported(migrated, target):
     run = migrated("29-hf-flash-attention-2-unreported", target)
@@ -73,8 +68,6 @@ def test_flash_attention_2_is_rewritten_or_reported(migrated, target):
     assert rewritten or reported, f"findings: {_show(run.findings['finetune.py'])}"
 
 
-@known_defect(29, "a DeepSpeed program (deepspeed launcher, `from deepspeed import zero`, ZeRO-3 gathering) gets no "
-                  "finding that DeepSpeed does not run on XLA (FastChat train_lora.py, LLaVA train.py)")
 @BOTH
 def test_deepspeed_is_reported(migrated, target):
     run = migrated("29-deepspeed-unreported", target)

@@ -17,6 +17,11 @@ What it does:
       the ``if``), and so is an ``if`` whose branch held only removed CUDA code. An ``if`` line with a
       comment, or a branch ending in one, keeps its ``if`` with the folded test (``if True:``), so no
       comment is lost.
+    - ``if not torch.cuda.is_available() or not use_flash: return`` (a function's early ``return``, the code
+      after it the CUDA path): that code is the path the test selects, decided like a branch; when it needs
+      CUDA (``torch.cuda.get_device_properties``) the early return is always taken on XLA, and the code after
+      it, unreachable, goes (a finding names its lines). Code after the guard that does work other rules
+      migrate (``model.cuda()``, a device chosen) is the function's work: the guard is dropped instead.
     - ``assert torch.cuda.is_available()`` is removed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
@@ -113,6 +118,11 @@ def _test_leaves(test: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(test, cst.BooleanOperation):
         return _test_leaves(test.left) + _test_leaves(test.right)
     return [test] if isinstance(test, (cst.Name, cst.Attribute)) else []
+
+
+def _bare_return(suite: cst.BaseSuite) -> bool:
+    small = (suite.body[0] if isinstance(suite, cst.IndentedBlock) else suite).body[0]
+    return isinstance(small, cst.Return) and small.value is None
 
 
 def _only_messages(needs: list[tuple[cst.CSTNode, str]]) -> bool:
@@ -468,6 +478,9 @@ class CudaGates(GateReports, Rule):
                 and owner.keyword.value in CUDA_KEYWORDS):
             found.append((owner, f"{owner.keyword.value}=True (a CUDA-only implementation)"))
         ignore = tuple(off)
+        after = gates.fall_through(owner, self.ctx.parent) if isinstance(owner, cst.If) else []
+        if after and self._does_the_work([c for part in after for c, _ in checker.constructs(part, ignore)], after):
+            code = [part for part in code if part not in after]  # a guard of the work itself, not of a CUDA path
         for part in code:
             if part in off:
                 continue
@@ -475,6 +488,20 @@ class CudaGates(GateReports, Rule):
             if isinstance(part, cst.BaseSuite) and checker.messages_only(part):
                 found.append((part, MESSAGE))
         return found
+
+    def _does_the_work(self, constructs: list[cst.CSTNode], statements: list[cst.CSTNode]) -> bool:
+        """The code after an early return holds work other rules migrate (a device chosen, a model moved)
+        outside its CUDA-only constructs: it is the function's work, which XLA runs; the guard is dropped and
+        the CUDA-only constructs reported, as before, rather than the work left out."""
+        parent = self.ctx.parent
+        edits = self.ctx.edits
+        # A construct found at its callee (`torch.cuda.get_device_properties`) covers its arguments too.
+        constructs = [parent(c) if isinstance(parent(c), cst.Call) and parent(c).func is c else c for c in constructs]
+        # What other rules edit there, and the device moves they migrate (also when they do not run).
+        moves = [n for s in statements for n in patterns.find_all(s, lambda n: isinstance(n, cst.Call) and (
+            patterns.method_call(n, "cuda") is not None or is_cuda_device_expr(n, self.ctx.qualnames)))]
+        work = [e for e in [*edits.replace, *edits.remove] if any(gates.inside(parent, e, s) for s in statements)]
+        return any(not any(gates.inside(parent, node, c) for c in constructs) for node in [*work, *moves])
 
     def _trim(self, node: cst.BaseExpression, statements: list[tuple[cst.BaseStatement, list[str]]]) -> None:
         ranges = [r for r in (self.ctx.code_range(s) for s, _ in statements) if r is not None]
@@ -577,6 +604,13 @@ class CudaGates(GateReports, Rule):
                 value or orelse is None or isinstance(orelse, cst.Else)):
             self.remove(node, f"removed if {text}: its branch only held removed CUDA code")
             return
+        after = gates.fall_through(node, self.ctx.parent) if value else []
+        if in_block and quiet and after and _bare_return(node.body):
+            # `if <always>: return` ending the function: it and the unreachable code after it go.
+            for statement in [node, *after]:
+                self.remove(statement, f"removed if {text}: {value} on XLA, the early return is always taken "
+                            "and the code after it unreachable")
+            return
         if in_block and branch is not None and self._plain(branch) and (
                 value or orelse is None or isinstance(orelse, cst.Else)):
             def fold(updated: cst.If) -> cst.BaseStatement | cst.FlattenSentinel:
@@ -592,6 +626,8 @@ class CudaGates(GateReports, Rule):
 
             self.replace(node, fold, f"if {text}: {value} on XLA, kept the {'body' if value else 'else branch'}"
                          " without the if")
+            for statement in after:  # an early return always taken: what followed it is unreachable
+                self.remove(statement, f"removed: unreachable after the early return of if {text}")
             return
         self.replace(node.test, _constant(value), f"if {text} -> if {value} (its value on the XLA accelerator)")
 

@@ -1,15 +1,16 @@
 """XLA901 custom-cuda-kernels: custom CUDA kernels (cpp_extension, cupy, triton, numba.cuda, pycuda) and CUDA
-kernel libraries (flash_attn, xformers, rotary_emb, liger_kernel, ...) are reported.
+kernel libraries (flash_attn, xformers, rotary_emb, liger_kernel, DeepSpeed, ...) are reported.
 
 What it does:
     Reports every import of a custom-kernel toolkit (``torch.utils.cpp_extension``, ``cupy``, ``triton``,
     ``numba.cuda``, ``pycuda``) and every extension build call (``load``, ``load_inline``,
     ``CUDAExtension``), with the line and what to do. Imports of a library of CUDA kernels (``flash_attn``,
     ``xformers``, ``rotary_emb``, flash-attn's ``fused_dense_lib`` / ``dropout_layer_norm``,
-    ``liger_kernel``, ``transformer_engine``, ``mamba_ssm``, ``causal_conv1d``) are reported with the
-    plain-PyTorch form to use, and so is every call into one that no CUDA test guards (a call on the
-    ``device.type == "cuda"`` branch goes with that branch). An import inside ``try`` / ``except
-    ImportError`` is the program's own fallback and is not reported. Nothing is rewritten.
+    ``liger_kernel``, ``transformer_engine``, ``mamba_ssm``, ``causal_conv1d``, and DeepSpeed, whose engine
+    and ZeRO run on CUDA devices only) are reported with the plain-PyTorch form to use, and so is every call
+    into one that no CUDA test guards (a call on the ``device.type == "cuda"`` branch goes with that branch).
+    So is ``TrainingArguments(deepspeed=...)``, the Trainer's DeepSpeed integration. An import inside
+    ``try`` / ``except ImportError`` is the program's own fallback and is not reported. Nothing is rewritten.
 
 Why:
     XLA compiles the PyTorch operations of a step into one program for the accelerator; a hand-written CUDA
@@ -70,9 +71,16 @@ LIBRARIES = {
                            "bf16 autocast; FP8 recipes have no XLA form"),
     "mamba_ssm": ("Mamba's CUDA selective-scan kernels",
                   "use a PyTorch selective scan (a loop or associative scan over the sequence)"),
+    "deepspeed": ("DeepSpeed's engine, ZeRO and launcher need CUDA devices",
+                  "train without DeepSpeed on XLA: the Trainer's FSDP (--fsdp full_shard with fsdp_config "
+                  "{\"xla\": true}, FSDPv2 under SPMD) shards the parameters as ZeRO-3 does; launch with torchrun "
+                  "or python + torch_xla.launch, not the deepspeed launcher; unsharded parameters need no ZeRO "
+                  "gathering (zero.GatheredParameters)"),
     "causal_conv1d": ("the causal-conv1d CUDA kernel",
                       "use nn.Conv1d(groups=channels, padding=k - 1) and keep the first seq_len outputs"),
 }
+# Libraries that do install on a TPU host but find no accelerator there.
+_NO_XLA_ACCELERATOR = {"deepspeed": "DeepSpeed has no XLA accelerator"}
 FIX = ("rewrite it with PyTorch operations, which XLA compiles and fuses; on TPU a Pallas kernel "
        "(torch_xla.experimental.custom_kernel) can replace it")
 
@@ -119,6 +127,7 @@ class CustomCudaKernels(Rule):
             kind, fix = LIBRARIES[toolkit]
             failure = ("a CUDA kernel, which XLA tensors cannot run" if isinstance(node, cst.Call)
                        else "no build for a TPU host, so an ImportError there")
+            failure = _NO_XLA_ACCELERATOR.get(toolkit, failure)
             self.finding(node, f"{what}: CUDA-only ({kind}): {failure}", fix)
         else:
             self.finding(node, f"{what}: {TOOLKITS[toolkit]} cannot run on XLA", FIX)
@@ -145,6 +154,10 @@ class CustomCudaKernels(Rule):
         if names:
             self._report(node, "torch.utils.cpp_extension", f"{min(names).rsplit('.', 1)[-1]}(...)")
             return
+        if (patterns.dotted_name(node.func) or "").endswith("TrainingArguments"):
+            option = patterns.keyword(node, "deepspeed")
+            if option is not None and patterns.code_of(option.value).strip() != "None":
+                self._report(option, "deepspeed", f"deepspeed={patterns.code_of(option.value).strip()}")
         called = sorted(n for n in qualnames if _library(n) is not None)
         if called and not self.ctx.cuda_paths.under_cuda_gate(node):
             self._report(node, _library(called[0]), f"{called[0]}(...)")

@@ -64,10 +64,33 @@ def branches(test: cst.BaseExpression, parent: Parent) -> tuple[list[cst.CSTNode
         orelse = owner.orelse
         if isinstance(owner, cst.If):
             orelse = orelse.body if isinstance(orelse, cst.Else) else orelse
+        if isinstance(owner, cst.If) and fall_through(owner, parent):
+            return [owner.body], fall_through(owner, parent)
         return [owner.body], ([orelse] if orelse is not None else [])
     if isinstance(owner, cst.While) and owner.test is test:
         return [owner.body], ([owner.orelse] if owner.orelse is not None else [])
     return [], []
+
+
+def _silent_return(suite: cst.BaseSuite) -> bool:
+    """The branch is only ``return`` (or ``return <value>``): an early exit that skips an optional path."""
+    statements = suite.body if isinstance(suite, cst.IndentedBlock) else [suite]
+    if len(statements) != 1 or not isinstance(statements[0], (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        return False
+    smalls = statements[0].body
+    return len(smalls) == 1 and isinstance(smalls[0], cst.Return)
+
+
+def fall_through(statement: cst.If, parent: Parent) -> list[cst.CSTNode]:
+    """The statements after ``statement`` in its function's block: what runs when its early return is not
+    taken (``if not torch.cuda.is_available() or not use_flash: return`` guards the CUDA query below it)."""
+    if statement.orelse is not None or not _silent_return(statement.body):
+        return []
+    block = parent(statement)
+    if not isinstance(block, cst.IndentedBlock) or not isinstance(parent(block), cst.FunctionDef):
+        return []
+    body = list(block.body)
+    return body[body.index(statement) + 1:] if statement in body else []
 
 
 def executed(test: cst.BaseExpression, values: Mapping[cst.CSTNode, bool], parent: Parent
