@@ -85,8 +85,6 @@ def test_deepspeed_is_reported(migrated, target):
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
-@known_defect(30, "a host-side loop filling a numpy table through a helper named *_models (a layer matcher) is taken "
-                  "for an evaluation loop: a barrier per table cell (iatransfer dp_matching.py:56/96)")
 @BOTH
 def test_no_barrier_in_a_host_loop_without_tensor_work(migrated, target):
     run = migrated("30-barrier-in-host-loop-of-model-named-helper", target)
