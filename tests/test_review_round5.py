@@ -93,8 +93,6 @@ def test_no_barrier_in_a_host_loop_without_tensor_work(migrated, target):
     assert not in_matcher, f"barriers in matching.py at {in_matcher}; changes: {_show(run.changes['matching.py'])}"
 
 
-@known_defect(30, "`teacher_force = random.random() < ratio` choosing the next decoder input per time step is kept "
-                  "without a finding: a new graph for nearly every step (pytorch-seq2seq notebooks 1-3)")
 @BOTH
 def test_coin_toss_teacher_forcing_is_reported_or_on_the_device(migrated, target):
     run = migrated("30-coin-toss-teacher-forcing-recompiles", target)
