@@ -120,8 +120,6 @@ def test_step_with_backward_out_of_sight_gets_a_barrier_or_a_finding(migrated, t
     assert body_barriers or reported, f"training_loop() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(30, "a collate class whose __call__ pads to the batch's longest item (vits TextAudioCollate, "
-                  "tacotron2 TextMelCollate) is not reported: a compilation per distinct length")
 @BOTH
 def test_collate_class_padding_to_the_batch_max_is_reported(migrated, target):
     run = migrated("30-collate-class-pads-to-batch-max-unreported", target)

@@ -8,9 +8,9 @@ What it does:
     (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
     one-argument ``torch.where(cond)``). Also (``xla_migrate.analysis.shapes``), what XLA316 does not
-    rewrite: a ``collate_fn`` that pads each batch to its own longest sequence or largest image
-    (``pad_sequence`` without a maximum length in the script, ``max(len(s) for s in batch)``), a corpus on the
-    device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
+    rewrite: a ``collate_fn`` (a function, or a collate object's ``__call__``) that pads each batch to its
+    own longest sequence or largest image (``pad_sequence`` without a maximum length in the script,
+    ``max(len(s) for s in batch)``), a corpus on the device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
     loop whose bounds come from the loop's variables (``data[i:i + bs]``). Host-random geometry on the step's
     device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
     ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
@@ -165,7 +165,7 @@ class DynamicShapesInLoop(Rule):
         for collate in shapes.padded_collates(ctx):
             if rewrites and static_batch_shapes.rewritable(collate):
                 continue
-            name = collate.function.name.value
+            name = shapes.collate_name(ctx, collate.function)
             if collate.kind == "pad_sequence":
                 why = ("no maximum length in the script to pad to" if collate.length is None
                        else "its sequences are not a plain list name" if not static_batch_shapes.rewritable(collate)
