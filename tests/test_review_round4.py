@@ -127,8 +127,6 @@ def test_collate_class_padding_to_the_batch_max_is_reported(migrated, target):
     assert reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(30, "a script that trains through transformers.Trainer(...).train() is taken for inference by XLA903: "
-                  "torch.compile kept with backend='openxla' and 'the script only runs models forward' (alpaca-lora)")
 def test_trainer_script_counts_as_training_for_torch_compile(migrated):
     run = migrated("30-trainer-script-compile-kept-as-inference", "2.9")
     code = run.code["finetune.py"]
