@@ -245,9 +245,11 @@ class DynamicShapesInLoop(Rule):
         if not geometry.tossed(ctx, test, self._random[loop]):
             return
         what = short(node) if isinstance(node, cst.IfExp) else f"if {short(test)}:"
-        self.finding(node, f"{what}: a coin toss on the host in a loop of the training step (line "
-                           f"{ctx.position(loop)[0]}) chooses what each iteration computes: a new graph for "
-                           "nearly every pattern of tosses, so nearly every step compiles", geometry.TOSS_FIX)
+        header = (f"for {short(loop.target, 20)} in {short(loop.iter, 40)}" if isinstance(loop, cst.For)
+                  else f"while {short(loop.test, 40)}")
+        self.finding(node, f"{what}: a coin toss on the host in a loop of the training step ({header}) chooses "
+                           "what each iteration computes: a new graph for nearly every pattern of tosses, so "
+                           "nearly every step compiles", geometry.TOSS_FIX)
 
     def _random_crop_call(self, node: cst.Call) -> None:
         """A call in the step of a function of this module that slices at host-random offsets (a crop helper

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..engine.context import MigrationContext
 
 PAD_SEQUENCE = ("torch.nn.utils.rnn.pad_sequence",)
+COLLATE_CLASS_NAME = re.compile(r"collat", re.IGNORECASE)  # PadCollate, TextMelCollate, BatchCollator
 MAX_LENGTH_NAME = re.compile(r"^(max_?(seq(uence)?_?)?len(gth)?|max_?seq|block_?size|seq(uence)?_?len(gth)?|"
                              r"context_?len(gth)?|maxlen|max_?tokens)$", re.IGNORECASE)
 
@@ -62,7 +63,9 @@ class DeviceCorpus:
 def collate_functions(ctx: MigrationContext) -> list[cst.FunctionDef]:
     """Functions of this module given to a DataLoader as ``collate_fn=``: a function by name, or the
     ``__call__`` of an object of a class of this module (``collate_fn=PadCollate()``, or ``collate_fn=collate``
-    with ``collate = TextAudioCollate()`` bound in the module: vits, tacotron2)."""
+    with ``collate = PadCollate()`` bound in the module); and the ``__call__`` of a class whose name says it
+    collates, which another module hands to its loader (vits ``TextAudioCollate``, tacotron2 ``TextMelCollate``
+    in data_utils.py, used by train.py)."""
     names: set[str] = set()
     classes: set[str] = set()
     for call in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Call)):
@@ -78,8 +81,8 @@ def collate_functions(ctx: MigrationContext) -> list[cst.FunctionDef]:
     classes |= _instance_classes(ctx, names)
     functions = [f for f in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.FunctionDef))
                  if f.name.value in names]  # type: ignore[attr-defined]
-    return functions + [method for owner in patterns.find_all(
-        ctx.module, lambda n: isinstance(n, cst.ClassDef) and n.name.value in classes)  # type: ignore[attr-defined]
+    return functions + [method for owner in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.ClassDef) and (
+        n.name.value in classes or COLLATE_CLASS_NAME.search(n.name.value)))  # type: ignore[attr-defined]
         for method in owner.body.body  # type: ignore[attr-defined]
         if isinstance(method, cst.FunctionDef) and method.name.value == "__call__"]
 
