@@ -396,3 +396,27 @@ def test_host_random_geometry_on_device_tensors_is_reported(target):
     whole = findings(migrate(source, target=target), "XLA312")
     # With every rule the loader becomes a device loader: the batch mixed "before its move" is on the device too.
     assert [line for line, _ in whole] == [28, 31, 33, 35], whole
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_coin_toss_per_time_step_is_reported(target):
+    # Issue 30 (pytorch-seq2seq's teacher forcing): a host coin toss per decoder step picks the next input, a
+    # new graph for nearly every pattern of tosses. Negatives: one toss per batch, the tosses drawn on the
+    # device, the toss in the training loop itself (two graphs in all).
+    source = (ROOT / "fixtures" / "XLA312" / "teacher_forcing_coin_toss.in.py").read_text()
+    found = [f for f in migrate(source, target=target, select="XLA312").findings if f.code == "XLA312"]
+    assert [f.line for f in found] == [23], found
+    assert "coin toss on the host in a loop of the training step (for t in range(1, trg.shape[0]))" in found[0].message
+    assert "torch.where(tf[t], trg[t], pred)" in found[0].fix
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_collate_classes_padding_to_the_batch_max_are_reported(target):
+    # Issue 30 (vits TextAudioCollate, tacotron2 TextMelCollate): a collate object whose __call__ pads to the
+    # batch's longest item, given as collate_fn=PadCollate() or through a name bound to one, or named a collate
+    # class that another module hands to its loader. Negative: a collate class that pads to a fixed length.
+    source = (ROOT / "fixtures" / "XLA312" / "collate_classes.in.py").read_text()
+    found = findings(migrate(source, target=target, select="XLA312"), "XLA312")
+    assert [line for line, _ in found] == [12, 21, 41], found
+    assert "in the collate function PadCollate.__call__(): pads each batch" in found[0][1]
+    assert "FrameCollate.__call__()" in found[1][1]

@@ -116,8 +116,6 @@ def test_step_with_backward_out_of_sight_gets_a_barrier_or_a_finding(migrated, t
     assert body_barriers or reported, f"training_loop() today:\n{text}\nfindings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(30, "a collate class whose __call__ pads to the batch's longest item (vits TextAudioCollate, "
-                  "tacotron2 TextMelCollate) is not reported: a compilation per distinct length")
 @BOTH
 def test_collate_class_padding_to_the_batch_max_is_reported(migrated, target):
     run = migrated("30-collate-class-pads-to-batch-max-unreported", target)
@@ -125,8 +123,6 @@ def test_collate_class_padding_to_the_batch_max_is_reported(migrated, target):
     assert reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(30, "a script that trains through transformers.Trainer(...).train() is taken for inference by XLA903: "
-                  "torch.compile kept with backend='openxla' and 'the script only runs models forward' (alpaca-lora)")
 def test_trainer_script_counts_as_training_for_torch_compile(migrated):
     run = migrated("30-trainer-script-compile-kept-as-inference", "2.9")
     code = run.code["finetune.py"]

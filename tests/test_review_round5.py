@@ -78,8 +78,6 @@ def test_deepspeed_is_reported(migrated, target):
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
-@known_defect(30, "a host-side loop filling a numpy table through a helper named *_models (a layer matcher) is taken "
-                  "for an evaluation loop: a barrier per table cell (iatransfer dp_matching.py:56/96)")
 @BOTH
 def test_no_barrier_in_a_host_loop_without_tensor_work(migrated, target):
     run = migrated("30-barrier-in-host-loop-of-model-named-helper", target)
@@ -88,8 +86,6 @@ def test_no_barrier_in_a_host_loop_without_tensor_work(migrated, target):
     assert not in_matcher, f"barriers in matching.py at {in_matcher}; changes: {_show(run.changes['matching.py'])}"
 
 
-@known_defect(30, "`teacher_force = random.random() < ratio` choosing the next decoder input per time step is kept "
-                  "without a finding: a new graph for nearly every step (pytorch-seq2seq notebooks 1-3)")
 @BOTH
 def test_coin_toss_teacher_forcing_is_reported_or_on_the_device(migrated, target):
     run = migrated("30-coin-toss-teacher-forcing-recompiles", target)

@@ -1,8 +1,8 @@
 """XLA903 torch-compile-on-xla: torch.compile goes on a training script; inference keeps it with the openxla backend.
 
 What it does:
-    In a script that trains (it calls ``.backward()`` or has a training loop), every ``torch.compile``
-    whose backend is not ``"openxla"`` is dropped, with a finding: ``model = torch.compile(model)`` is
+    In a script that trains (it calls ``.backward()``, has a training loop, or calls a library trainer's
+    ``train()``/``fit()``), every ``torch.compile`` whose backend is not ``"openxla"`` is dropped, with a finding: ``model = torch.compile(model)`` is
     removed, ``fast = torch.compile(model, mode=...)`` becomes ``fast = model``, a ``@torch.compile``
     decorator goes. In a script that only runs models forward (sampling, evaluation), the call keeps its
     arguments and gets ``backend="openxla"`` (in place of another backend and of inductor's ``mode=`` and
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from xla_migrate.analysis import steps
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
 from xla_migrate.transforms.common import short
@@ -57,7 +58,8 @@ class TorchCompileOnXla(Rule):
 
     def _training(self) -> bool:
         if self._trains is None:
-            self._trains = "backward(" in self.ctx.input_code or bool(self.ctx.steps.training_loops)
+            self._trains = ("backward(" in self.ctx.input_code or bool(self.ctx.steps.training_loops)
+                            or steps.trains_through_a_trainer(self.ctx))
         return self._trains
 
     def _has_openxla(self) -> bool:

@@ -8,15 +8,17 @@ What it does:
     (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
     one-argument ``torch.where(cond)``). Also (``xla_migrate.analysis.shapes``), what XLA316 does not
-    rewrite: a ``collate_fn`` that pads each batch to its own longest sequence or largest image
-    (``pad_sequence`` without a maximum length in the script, ``max(len(s) for s in batch)``), a corpus on the
-    device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
+    rewrite: a ``collate_fn`` (a function, or a collate object's ``__call__``) that pads each batch to its
+    own longest sequence or largest image (``pad_sequence`` without a maximum length in the script,
+    ``max(len(s) for s in batch)``), a corpus on the device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
     loop whose bounds come from the loop's variables (``data[i:i + bs]``). Host-random geometry on the step's
     device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
     ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
     naming the slice; a helper of another project module too, from the project index), and timm's ``Mixup`` with CutMix (``cutmix_alpha`` not 0) or torchvision's
     ``v2.CutMix`` called on a batch already on the device (a device loader's, or one moved before the call):
-    the box's corners are drawn on the host. Nothing is rewritten.
+    the box's corners are drawn on the host. A coin toss on the host in a loop the training step repeats (a
+    decoder's time steps, in the step or the forward of its model) choosing what each iteration computes
+    (teacher forcing: ``trg[t] if random.random() < ratio else pred``). Nothing is rewritten.
 
 Why:
     XLA compiles one graph per set of input shapes. A shape that depends on the data (or a smaller last
@@ -76,7 +78,7 @@ class DynamicShapesInLoop(Rule):
         self._training_args = hf_common.local_training_args_classes(ctx.module, ctx)
         # Names bound to boolean masks, per training loop.
         self._masks: dict[cst.CSTNode, set[str]] = {}
-        # Names bound to host random draws, per function (None: the module's code).
+        # Names bound to host random draws, per function (None: the module's code) or per loop (coin tosses).
         self._random: dict[cst.CSTNode | None, set[str]] = {}
         self._cutmix_bound = geometry.cutmix_bindings(ctx) if ctx.steps.training_loops else {}
 
@@ -163,7 +165,7 @@ class DynamicShapesInLoop(Rule):
         for collate in shapes.padded_collates(ctx):
             if rewrites and static_batch_shapes.rewritable(collate):
                 continue
-            name = collate.function.name.value
+            name = shapes.collate_name(ctx, collate.function)
             if collate.kind == "pad_sequence":
                 why = ("no maximum length in the script to pad to" if collate.length is None
                        else "its sequences are not a plain list name" if not static_batch_shapes.rewritable(collate)
@@ -217,6 +219,37 @@ class DynamicShapesInLoop(Rule):
         where = f" in {function.name.value}()" if function is not None and region.in_callee else ""
         self.finding(node, f"{short(node)}{where}: a slice at offsets drawn on the host (random) every step: the "
                            "offsets are constants of the graph, a new graph per draw", geometry.CROP_FIX)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._coin_toss(node, node.test)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._coin_toss(node, node.test)
+
+    def _coin_toss(self, node: cst.IfExp | cst.If, test: cst.BaseExpression) -> None:
+        """A host coin toss, in a loop the training step repeats (a decoder's time steps, in the step or in the
+        forward of the model it runs), choosing what the next iteration computes (teacher forcing)."""
+        ctx = self.ctx
+        statement = node if isinstance(node, cst.If) else ctx.enclosing_statement(node)
+        if statement is None:
+            return
+        statement = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else statement
+        region = ctx.steps.region(statement) or ctx.steps.called_region(statement)
+        if region is None or region.step.kind != "train":
+            return
+        loop = geometry.inner_loop(ctx, node, ctx.steps.function_of(statement))
+        if loop is None:
+            return  # once per step: two graphs in all
+        if loop not in self._random:
+            self._random[loop] = geometry.random_names(ctx, loop)  # tossed anew in each iteration
+        if not geometry.tossed(ctx, test, self._random[loop]):
+            return
+        what = short(node) if isinstance(node, cst.IfExp) else f"if {short(test)}:"
+        header = (f"for {short(loop.target, 20)} in {short(loop.iter, 40)}" if isinstance(loop, cst.For)
+                  else f"while {short(loop.test, 40)}")
+        self.finding(node, f"{what}: a coin toss on the host in a loop of the training step ({header}) chooses "
+                           "what each iteration computes: a new graph for nearly every pattern of tosses, so "
+                           "nearly every step compiles", geometry.TOSS_FIX)
 
     def _random_crop_call(self, node: cst.Call) -> None:
         """A call in the step of a function of this module that slices at host-random offsets (a crop helper

@@ -1,7 +1,9 @@
 """XLA312's host-random geometry on device tensors (issue 30): a slice of a device tensor whose bounds a
-Python or NumPy random draw gives (a random crop in the step or a helper it calls), and a known batch
+Python or NumPy random draw gives (a random crop in the step or a helper it calls), a known batch
 augmentation that pastes a host-drawn box into the device batch (timm's ``Mixup`` with CutMix, torchvision's
-``v2.CutMix``). The bounds are constants of the traced graph: a new compilation for each draw."""
+``v2.CutMix``), and a coin toss per time step choosing what the next step computes (teacher forcing:
+``x = trg[t] if random.random() < ratio else pred``). The bounds and the choices are constants of the
+traced graph: a new compilation for each draw."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ _MOVES = ("to", "cuda")
 CROP_FIX = ("crop on the host before the move (in the Dataset, or before .to(device)), or gather with device index "
             "tensors (torch.gather / index_select with offsets drawn by torch.randint on the device) so the "
             "offsets are data, not constants of the graph")
+TOSS_FIX = ("decide once per batch (one toss before the loop: two graphs in all), or draw the tosses on the device "
+            "(tf = torch.rand(steps, device=x.device) < ratio) and compute both inputs, selecting with "
+            "torch.where(tf[t], trg[t], pred): one graph for every pattern of tosses")
 CUTMIX_FIX = ("apply the mixup/cutmix on the host before the transfer (in a collate_fn or before .to(device) / the "
               "device loader: timm's Mixup runs on CPU tensors), or paste a fixed-size box with device-side offsets "
               "(a mask built from device random indices)")
@@ -30,11 +35,32 @@ def random_names(ctx, function: cst.CSTNode) -> set[str]:
     """Names the function's own code binds to a host random draw (``top = random.randint(0, h - p)``)."""
     names: set[str] = set()
     for assign in patterns.find_all(function, lambda n: isinstance(n, cst.Assign)):
-        draws = patterns.find_all(assign.value, lambda n: isinstance(n, cst.Call) and any(
-            q.startswith(RANDOM_PREFIXES) for q in ctx.qualnames(n.func)))
+        draws = patterns.find_all(assign.value, lambda n: is_draw(ctx, n))
         if draws:
             names.update(t.target.value for t in assign.targets if isinstance(t.target, cst.Name))
     return names
+
+
+def is_draw(ctx, node: cst.CSTNode) -> bool:
+    """A call whose result is a host random number (``random.random()``, ``np.random.rand()``)."""
+    return isinstance(node, cst.Call) and any(q.startswith(RANDOM_PREFIXES) for q in ctx.qualnames(node.func))
+
+
+def tossed(ctx, test: cst.BaseExpression, names: set[str]) -> bool:
+    """A condition decided by a host random draw: it holds one (``random.random() < ratio``) or a name bound
+    to one (``teacher_force``)."""
+    return bool(patterns.find_all(test, lambda n: is_draw(ctx, n) or (isinstance(n, cst.Name) and n.value in names)))
+
+
+def inner_loop(ctx, node: cst.CSTNode, stop: cst.CSTNode | None) -> cst.CSTNode | None:
+    """The innermost ``for``/``while`` around ``node`` below ``stop`` (its function) that is not a step
+    loop: a loop the step repeats (a decoder's time steps). None when a step loop is met first."""
+    current = ctx.parent(node)
+    while current is not None and current is not stop:
+        if isinstance(current, (cst.For, cst.While)):
+            return None if ctx.steps.loop(current) is not None else current
+        current = ctx.parent(current)
+    return None
 
 
 def random_bounds(node: cst.Subscript, names: set[str]) -> bool:

@@ -3,9 +3,9 @@
 XLA compiles one graph per set of input shapes. Besides a smaller last batch and data-dependent sizes
 (XLA312), two shapes give a new graph at nearly every step:
 
-- a ``collate_fn`` that pads each batch to its own longest sequence (``pad_sequence(seqs, batch_first=True)``,
-  ``max(len(s) for s in batch)``; detection collators padding images to the batch's largest): one graph per
-  distinct length (measured: 14 compilations where a fixed length gives 2). Where the script has its own
+- a ``collate_fn`` (a function, or a collate object's ``__call__``) that pads each batch to its own longest
+  sequence (``pad_sequence(seqs, batch_first=True)``, ``max(len(s) for s in batch)``; detection collators
+  padding images to the batch's largest): one graph per distinct length (measured: 14 compilations where a fixed length gives 2). Where the script has its own
   maximum length (a module-level ``MAX_LEN = 64``, ``max_seq_len``, ``block_size``...), ``pad_sequence`` pads
   to it: a zero sequence of that length joins the batch and is dropped again, so the batch's longest is that
   length (``[*seqs, seqs[0].new_zeros((MAX_LEN, *seqs[0].shape[1:]))]`` ... ``[:-1]``). Models that mask the
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..engine.context import MigrationContext
 
 PAD_SEQUENCE = ("torch.nn.utils.rnn.pad_sequence",)
+COLLATE_CLASS_NAME = re.compile(r"collat", re.IGNORECASE)  # PadCollate, TextMelCollate, BatchCollator
 MAX_LENGTH_NAME = re.compile(r"^(max_?(seq(uence)?_?)?len(gth)?|max_?seq|block_?size|seq(uence)?_?len(gth)?|"
                              r"context_?len(gth)?|maxlen|max_?tokens)$", re.IGNORECASE)
 
@@ -60,17 +61,49 @@ class DeviceCorpus:
 
 
 def collate_functions(ctx: MigrationContext) -> list[cst.FunctionDef]:
-    """Functions of this module given to a DataLoader as ``collate_fn=``."""
+    """Functions of this module given to a DataLoader as ``collate_fn=``: a function by name, or the
+    ``__call__`` of an object of a class of this module (``collate_fn=PadCollate()``, or ``collate_fn=collate``
+    with ``collate = PadCollate()`` bound in the module); and the ``__call__`` of a class whose name says it
+    collates, which another module hands to its loader (vits ``TextAudioCollate``, tacotron2 ``TextMelCollate``
+    in data_utils.py, used by train.py)."""
     names: set[str] = set()
+    classes: set[str] = set()
     for call in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Call)):
         if not ctx.qualnames(call.func) & set(DATALOADERS):  # type: ignore[attr-defined]
             continue
         collate = patterns.keyword(call, "collate_fn")  # type: ignore[arg-type]
-        name = patterns.dotted_name(collate.value) if collate is not None else None
+        if collate is None:
+            continue
+        made = collate.value.func if isinstance(collate.value, cst.Call) else None
+        name = patterns.dotted_name(made if made is not None else collate.value)
         if name is not None:
-            names.add(name.rsplit(".", 1)[-1])
-    return [f for f in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.FunctionDef))
-            if f.name.value in names]  # type: ignore[attr-defined]
+            (classes if made is not None else names).add(name.rsplit(".", 1)[-1])
+    classes |= _instance_classes(ctx, names)
+    functions = [f for f in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.FunctionDef))
+                 if f.name.value in names]  # type: ignore[attr-defined]
+    return functions + [method for owner in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.ClassDef) and (
+        n.name.value in classes or COLLATE_CLASS_NAME.search(n.name.value)))  # type: ignore[attr-defined]
+        for method in owner.body.body  # type: ignore[attr-defined]
+        if isinstance(method, cst.FunctionDef) and method.name.value == "__call__"]
+
+
+def collate_name(ctx: MigrationContext, function: cst.FunctionDef) -> str:
+    """``pad_collate`` or, for a collate class, ``PadCollate.__call__``."""
+    block = ctx.parent(function)  # type: ignore[attr-defined]
+    owner = ctx.parent(block) if block is not None else None  # type: ignore[attr-defined]
+    name = function.name.value
+    return f"{owner.name.value}.{name}" if isinstance(owner, cst.ClassDef) else name
+
+
+def _instance_classes(ctx: MigrationContext, names: set[str]) -> set[str]:
+    """The classes that ``names`` are bound to objects of (``collate = TextAudioCollate()``)."""
+    classes: set[str] = set()
+    for assign in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Assign) and isinstance(n.value, cst.Call)):
+        made = patterns.dotted_name(assign.value.func)  # type: ignore[attr-defined]
+        if made is not None and any(patterns.dotted_name(t.target) in names
+                                    for t in assign.targets):  # type: ignore[attr-defined]
+            classes.add(made.rsplit(".", 1)[-1])
+    return classes
 
 
 def padded_collates(ctx: MigrationContext) -> list[PaddedCollate]:

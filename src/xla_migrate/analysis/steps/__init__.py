@@ -29,12 +29,14 @@ module's methods, import-time code), ``step_end`` (the barrier past the step's d
 batch's before its read), ``epoch_reads`` (a value read several times after a loop), ``reductions`` (XLA406's
 gradient reduction), ``reads`` (host reads at the expression level, what a step closure takes and when it
 cannot take a statement), ``closure_safety`` (what a step closure must not change: try, with, exits),
-``closure_args`` (host values taken at the step), ``host_reads`` (the reads XLA313, XLA314 and XLA310 move).
+``closure_args`` (host values taken at the step), ``host_reads`` (the reads XLA313, XLA314 and XLA310 move),
+``library_training`` (a script that trains through a library's trainer: ``Trainer(...).train()``).
 The names the rules use are imported here.
 """
 
 from .collect import is_model_call, is_optimizer_name, is_optimizer_step
 from .host_reads import DeviceReturn, DeviceSum, FiniteCheck, LoggedRead
+from .library_training import trains_through_a_trainer
 from .kinds import BarrierSite, Batches, Event, Function, Loop, Reduction, Region, StepLoop
 from .model import StepModel
 from .reads import (appends_to_log, captured_names, describe_path, in_logging_compound, in_step_closure,
@@ -46,4 +48,4 @@ __all__ = ["BarrierSite", "Batches", "DeviceReturn", "DeviceSum", "Event", "Fini
            "Loop", "Reduction", "Region", "StepLoop", "StepModel", "appends_to_log", "captured_names",
            "describe_path", "in_logging_compound", "in_step_closure", "is_logging_call", "is_logging_read",
            "is_model_call", "is_optimizer_name", "is_optimizer_step", "is_read_call", "logging_compound", "logging_statement", "may_read",
-           "mentions", "reads", "step_optimizer"]
+           "mentions", "reads", "step_optimizer", "trains_through_a_trainer"]

@@ -193,17 +193,20 @@ class CallPaths:
             inner = self._inner_loop(raw.loop, loop)
             if inner is False:
                 continue
-            if raw.kind == FORWARD:
+            kind = raw.kind
+            if kind == FORWARD and self._named_like_a_model(raw.node):  # type: ignore[arg-type]
+                kind = CALL  # a helper whose name holds "model": what it runs counts, not its name
+            if kind == FORWARD:
                 # A model of this module: what its forward reads to the host, the step reads (issue 30).
                 target = self.forward_of(raw.node)  # type: ignore[arg-type]
                 if target is not None and target is not function:
                     events += [Event(READ, e.node, (raw.node, *e.path), e.inner_loop or inner)  # type: ignore[arg-type]
                                for e in self.effects(target, depth + 1) if e.kind == READ]
-            if raw.kind == CALL:
+            if kind == CALL:
                 target = self.callee(raw.node)  # type: ignore[arg-type]
                 if target is None:
-                    events += [Event(kind, raw.node, (), inner, external=True)
-                               for kind in self.external_effects(raw.node)]  # type: ignore[arg-type]
+                    events += [Event(effect, raw.node, (), inner, external=True)
+                               for effect in self.external_effects(raw.node)]  # type: ignore[arg-type]
                     continue
                 if target is function:
                     continue
@@ -213,6 +216,16 @@ class CallPaths:
                 continue
             events.append(Event(raw.kind, raw.node, (), inner))
         return events
+
+    def _named_like_a_model(self, call: cst.Call) -> bool:
+        """A call whose name says model (``self._match_models(a, b)``) but that runs a plain function or
+        method of this module, not a torch module's forward or an object's ``__call__``: a helper, whose
+        own code says whether a model runs (issue 30: a host-side table filled by ``_align_models``)."""
+        target = self.callee(call)
+        if target is None or target.name.value in ("forward", "__call__"):
+            return False
+        owner = self._c.function_class.get(target)
+        return owner is None or owner not in self._module_classes
 
     def called_region(self, node: cst.CSTNode) -> Region | None:
         """Where a node of a function a step loop calls runs, when the step model has no region for it (the

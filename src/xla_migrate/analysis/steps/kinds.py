@@ -36,9 +36,10 @@ _TENSOR_CALLEES = ("model", "criterion", "loss", "net", "forward", "encoder", "d
 # A callee that is a model: model(x), self.net(x), ddp_model(x), backbone(x) (not model.parameters()).
 _MODEL_NAME = re.compile(r"(model|^net$|^net_|_net$|^netg$|^netd$|^module$|backbone|encoder|decoder)", re.IGNORECASE)
 # Names with "model" in them that hold no model to run forward: a verb's helper (``_set_model``,
-# ``build_model``) or a class (``comp_model_cls``, ignite's loop over its computation model classes).
+# ``build_model``), a class (``comp_model_cls``, ignite's loop over its computation model classes), a helper
+# over several models (``self._match_models(a, b)``, iatransfer's layer matcher: a model is one, not many).
 _NOT_A_MODEL_NAME = re.compile(r"^_*(set|get|load|save|build|create|make|init|register|wrap|prepare|setup)_|"
-                               r"_(cls|class|classes|type|types)$", re.IGNORECASE)
+                               r"_(cls|class|classes|type|types|models)$", re.IGNORECASE)
 _OPTIMIZER_NAME = re.compile(r"optim|^opt", re.IGNORECASE)
 _SCHEDULER_NAME = re.compile(r"sched|^lr", re.IGNORECASE)
 # A name that says it holds a loader: train_loader, self.val_loader, dataloader, train_dl.
