@@ -32,7 +32,8 @@ def test_removed_xm_names_are_rewritten_on_2_9(migrated):
     run = migrated("29-removed-xm-api-in-xla-script-left", "2.9")
     code = run.code["train_fsdp.py"]
     removed = _calls(code, "xm.get_ordinal", "xm.xrt_world_size")
-    assert not removed, f"removed torch_xla APIs still called at {removed}; findings: {_show(run.findings['train_fsdp.py'])}"
+    findings = _show(run.findings["train_fsdp.py"])
+    assert not removed, f"removed torch_xla APIs still called at {removed}; findings: {findings}"
     assert _calls(code, "xr.world_size") and _calls(code, "xr.global_ordinal"), code
 
 
@@ -63,6 +64,20 @@ def test_dist_reduce_becomes_an_all_reduce(migrated, target):
     kept = _calls(code, "dist.reduce", "torch.distributed.reduce")
     assert not kept, f"dist.reduce kept at {kept}; findings: {_show(run.findings['train.py'])}"
     assert _calls(code, "xm.all_reduce", "dist.all_reduce"), code
+
+
+@known_defect(29, "an integer GPU id used as a device (`self.net.to(gpu_ids[0])`, `.to(device=self.gpu_ids[0])`, "
+                  "gpu_ids=[0]) is kept, unreported, while the caller's use_gpu test becomes device.startswith('xla'): "
+                  "`.to(0)` is CUDA device 0 (stylegan2-pytorch lpips/dist_model.py:98-101, 137-141)")
+@BOTH
+def test_integer_device_ordinals_are_rewritten_or_reported(migrated, target):
+    run = migrated("29-integer-device-ordinal-kept", target)
+    tree = ast.parse(run.code["metric.py"])
+    kept = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".to")
+            and any("gpu_ids" in ast.unparse(a) for a in [*n.args, *(k.value for k in n.keywords)])]
+    reported = [n for n in run.findings["metric.py"] if n.line in kept]
+    assert not kept or len(reported) >= len(kept), (
+        f"integer device ordinals kept at {kept}; findings: {_show(run.findings['metric.py'])}")
 
 
 @BOTH
@@ -101,7 +116,8 @@ def test_ctc_loss_is_reported(migrated, target):
 @BOTH
 def test_no_read_finding_on_a_cpu_tensor(migrated, target):
     run = migrated("33-false-finding-on-cpu-tensor-compare", target)
-    assert run.notes_at("train.py", [18], "XLA311"), f"the real .item() read lost its finding: {_show(run.findings['train.py'])}"
+    real = run.notes_at("train.py", [18], "XLA311")
+    assert real, f"the real .item() read lost its finding: {_show(run.findings['train.py'])}"
     false = run.notes_at("train.py", [26], "XLA311")
     assert not false, f"false findings: {_show(false)}"
 
@@ -109,7 +125,8 @@ def test_no_read_finding_on_a_cpu_tensor(migrated, target):
 @pytest.mark.parametrize("name", ["29-removed-xm-api-in-xla-script-left", "30-ctc-loss-cpu-fallback-unreported",
                                   "33-false-finding-on-cpu-tensor-compare", "29-tied-weights-after-to-device",
                                   "29-cuda-stream-prefetcher-left",
-                                  "29-dist-reduce-kept-on-xla-process-group"])
+                                  "29-dist-reduce-kept-on-xla-process-group",
+                                  "29-integer-device-ordinal-kept"])
 def test_single_file_fixtures_migrate_without_error(name, migrated):
     # The control: each fixture migrates (a crash of the tool would hide a class behind an error).
     run = migrated(name, "2.9")
