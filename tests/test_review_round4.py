@@ -25,8 +25,6 @@ def _barriers(tree: ast.AST) -> list[int]:
 # Severity C (a crash the original did not have) ---------------------------------------------------------------
 
 
-@known_defect(29, "`if torch.cuda.is_available(): n_gpus = torch.cuda.device_count()` is removed (XLA104) while "
-                  "`range(n_gpus)` stays: UnboundLocalError on XLA (qlora get_accelerate_model)")
 @BOTH
 def test_folded_gate_leaves_no_name_unbound(migrated, target):
     run = migrated("29-folded-gate-leaves-name-unbound", target)

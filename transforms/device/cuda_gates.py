@@ -41,7 +41,9 @@ What it does:
     says that the code now runs on the CPU. A name only the left-out path set (``num_gpus =
     torch.cuda.device_count()``) that a later test reads to choose the launch (``if num_gpus > 1:
     mp.spawn(...)``) is reported at that test: the launch may never run; so is a launch in a branch left
-    out (``if torch.cuda.device_count() > 1: mp.spawn(...)``). Tests of one condition in one
+    out (``if torch.cuda.device_count() > 1: mp.spawn(...)``). A function's name bound on the left-out path and
+    nowhere before the test but read after it (``range(n_gpus)``) is reported at the read: on XLA it may be
+    unbound. Tests of one condition in one
     function whose branches share names (a format bound by the first, used by the second) take one value:
     the one that keeps the CUDA-only code off, unless the other test's accelerator branch does work another
     rule migrates (then the disagreement is reported). A flag bound
@@ -299,6 +301,7 @@ class CudaGates(GateReports, Rule):
             if dropped:
                 self._report_dropped(node, dropped, left_out)
                 self._report_dead_launch(node, left_out)
+                self._report_unbound_reads(node, left_out)
             self._report_launch_left_out(node, left_out)
             if node in live:
                 self._test_for_xla(node)
