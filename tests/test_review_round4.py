@@ -68,8 +68,6 @@ def test_lightning_fabric_strategy_is_rewritten_or_reported(migrated, target):
     assert rewritten or reported, f"findings: {_show(run.findings['pretrain.py'])}"
 
 
-@known_defect(29, "`device = f\"{device}:{local_rank}\"` (the CUDA one-GPU-per-process idiom) is kept once the default "
-                  "is 'xla': 'xla:<local_rank>' does not exist in a PJRT process (open_clip distributed.py)")
 @BOTH
 def test_no_xla_device_named_by_the_local_rank(migrated, target):
     run = migrated("29-device-string-from-local-rank", target)
