@@ -300,8 +300,6 @@ def test_findings_stay_on_a_rerun_of_the_output(target):
     assert sorted(f.code for f in again.findings) == sorted(f.code for f in first.findings)
 
 
-@known_defect(33, "XLA104 deletes a test's `assert ... == \"cuda\"` with the false change message "
-                  "'holds on XLA'; no finding says a test was weakened")
 @BOTH
 def test_test_assertions_are_kept_or_reported(migrated, target):
     run = migrated("33-test-assertion-removed", target)

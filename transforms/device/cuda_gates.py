@@ -22,7 +22,9 @@ What it does:
       CUDA (``torch.cuda.get_device_properties``) the early return is always taken on XLA, and the code after
       it, unreachable, goes (a finding names its lines). Code after the guard that does work other rules
       migrate (``model.cuda()``, a device chosen) is the function's work: the guard is dropped instead.
-    - ``assert torch.cuda.is_available()`` is removed.
+    - ``assert torch.cuda.is_available()`` is removed; an ``assert`` comparing a device with ``"cuda"`` (a
+      test's ``assert model.to.call_args.args[0] == "cuda"``) is kept and reported: it checks what the code
+      did, which the migration changed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
       ``"xla"``: neither backend is XLA's, the choice was the accelerator's.
@@ -573,6 +575,14 @@ class CudaGates(GateReports, Rule):
             return None
         if isinstance(parent, cst.If) and parent.test is node:
             return self._fold_if(parent, value, text)
+        if isinstance(parent, cst.Assert) and parent.test is node and self._compared(node) is not None:
+            # `assert model.to.call_args.args[0] == "cuda"`: a check of what the code did (a test's), not that
+            # CUDA is there: kept, and said, as the migrated code no longer does that.
+            self._done.add(parent)
+            self.finding(parent, f"assert {text}: kept, but the migrated code uses the XLA device, so this check "
+                         "of a CUDA device no longer holds",
+                         "rewrite the expected device to XLA's (its type is \"xla\") or drop the check by hand")
+            return None
         if isinstance(parent, cst.Assert) and parent.test is node and value:
             self._done.add(parent)
             self.remove(parent, f"removed assert {text}: holds on XLA")
