@@ -327,8 +327,6 @@ def test_no_dead_code_after_folds(migrated, target):
     assert returns and returns[0] == len(dev.body) - 1, f"statements after the first return:\n{text}"
 
 
-@known_defect(33, "false findings: XLA409 'now loads on the CPU' for map_location=torch.device(\"cpu\") "
-                  "(line 49), XLA202/XLA900 on the annotation `scaler: amp.GradScaler` (line 25)")
 @BOTH
 def test_no_false_findings_on_cpu_map_location_or_annotations(migrated, target):
     run = migrated("33-false-findings-2", target)
