@@ -45,9 +45,6 @@ def test_lightning_trainer_on_gpus_is_rewritten_or_reported(migrated, target):
     assert rewritten or reported, f"Trainer({keywords}); findings: {_show(run.findings['run.py'])}"
 
 
-@known_defect(29, "`impl='cuda'` (a kernel selector validated by `assert impl in ['ref', 'cuda']`) becomes 'xla' / "
-                  "'xla:0' in the default and the dispatch test but not in the assert: AssertionError on every call "
-                  "(stylegan2-ada bias_act / upfirdn2d)")
 @BOTH
 def test_a_renamed_selector_still_passes_its_own_check(migrated, target):
     run = migrated("29-impl-selector-renamed-past-its-check", target)

@@ -53,6 +53,9 @@ What it does:
     and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
     compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
 
+    A comparison with a parameter that selects an implementation, not a device (``impl="cuda"`` checked by
+    ``assert impl in ["ref", "cuda"]``), is no test of CUDA: that test stays as it is (on XLA the plain path runs).
+
     Device expressions that XLA101 or the AMP rules rewrite as a whole (``"cuda" if torch.cuda.is_available()
     else "cpu"``) are left to them.
 
@@ -174,6 +177,8 @@ class CudaGates(GateReports, Rule):
         operator = target.operator
         left_cuda = patterns.is_cuda_string(node.left)
         right_cuda = patterns.is_cuda_string(target.comparator)
+        if self._selects_an_implementation(node):
+            return
         if isinstance(operator, (cst.Equal, cst.NotEqual)) and left_cuda != right_cuda:
             self._gate(node, isinstance(operator, cst.Equal))
         elif isinstance(operator, (cst.In, cst.NotIn)) and left_cuda and not right_cuda:
@@ -182,6 +187,15 @@ class CudaGates(GateReports, Rule):
               and self.ctx.is_call_to(node.left, *DEVICE_COUNT) and isinstance(target.comparator, cst.Integer)):
             # One XLA device per process: `torch.cuda.device_count() > 1` (DataParallel) is False on XLA.
             self._gate(node, _COMPARE[type(operator)](1, int(target.comparator.value)))
+
+    def _selects_an_implementation(self, node: cst.Comparison) -> bool:
+        """``impl == "cuda" and x.device.type == "cuda" and _init()``: the test of a fused kernel chosen by a
+        selector parameter (``impl``, checked against ``["ref", "cuda"]``), no device test: on XLA it stays as
+        it is, False, and the plain path runs (its CUDA branch stays unreachable)."""
+        flow = self.ctx.device_flow
+        top = gates.test_top(node, self.ctx.parent)
+        return bool(flow.selectors) and bool(patterns.find_all(top, lambda n: isinstance(n, cst.Comparison) and (
+            flow.is_selector(n.left) or any(flow.is_selector(c.comparator) for c in n.comparisons))))
 
     def visit_If(self, node: cst.If) -> None:
         self._leaves_of(node.test)

@@ -172,6 +172,8 @@ class CudaLeftover(Rule):
         if isinstance(self.ctx.parent(node), cst.ConcatenatedString):
             return
         value = patterns.string_value(node)
+        if patterns.is_cuda_string(node) and self.ctx.device_flow.selects(node):
+            return  # `impl="cuda"`, checked by `impl in ["ref", "cuda"]`: an implementation's name, not a device
         if patterns.is_cuda_string(node):
             fix = f"use the XLA device ({self._spelled('device')}) or, for a device type, \"xla\""
         elif value in BACKENDS:
