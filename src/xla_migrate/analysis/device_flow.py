@@ -82,14 +82,29 @@ class DeviceFlow:
                 if spelling not in self.cpu_spellings and self.cpu_capable(value):
                     self.cpu_spellings.add(spelling)
 
-    def _selector(self, param: cst.Param) -> bool:
+    def _selector(self, param: cst.Param, depth: int = 0) -> bool:
         """``impl="cuda"`` checked by ``assert impl in ["ref", "cuda"]``: the parameter picks an implementation
-        (a fused kernel or plain ops), not a device; its values stay as they are, so its check still holds."""
+        (a fused kernel or plain ops), not a device; its values stay as they are, so its check still holds.
+        So is one passed on to such a parameter of a function of the module (``upfirdn2d(..., impl=impl)``)."""
         function = self.ctx.parent(param)
         while function is not None and not isinstance(function, cst.FunctionDef):
             function = self.ctx.parent(function)
-        if function is None:
+        if function is None or depth > 3:
             return False
+
+        def passes_on(node: cst.CSTNode) -> bool:
+            if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Name):
+                return False
+            keys = [a.keyword.value for a in node.args if a.keyword is not None and isinstance(a.value, cst.Name)
+                    and a.value.value == param.name.value]
+            callees = [f for f in self.ctx.module.body if isinstance(f, cst.FunctionDef)
+                       and f.name.value == node.func.value]
+            return any(p.name.value == key and p.default is not None and patterns.is_cuda_string(p.default)
+                       and self._selector(p, depth + 1)
+                       for f in callees for p in f.params.params for key in keys)
+
+        if patterns.find_all(function.body, passes_on):
+            return True
 
         def checks_choices(node: cst.CSTNode) -> bool:
             if not (isinstance(node, cst.Comparison) and isinstance(node.left, cst.Name)
