@@ -314,8 +314,6 @@ def test_torch_save_of_host_data_is_kept(migrated, target):
     assert "            torch.save(spec, path)\n" in code and "xm.save(spec" not in code
 
 
-@known_defect(33, "folds leave dead code: `backend = \"xla\"` then `if backend == \"gloo\":`, and "
-                  "`return torch.device(\"cpu\")` after `return device`")
 @BOTH
 def test_no_dead_code_after_folds(migrated, target):
     code = migrated("33-dead-code-left", target).code["train.py"]

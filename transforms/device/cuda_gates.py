@@ -27,7 +27,8 @@ What it does:
       did, which the migration changed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
-      ``"xla"``: neither backend is XLA's, the choice was the accelerator's.
+      ``"xla"``: neither backend is XLA's, the choice was the accelerator's. A test of that backend in the same function
+      (``if backend == "gloo":``) is then known too, and folded.
 
     A test is decided by the code its value turns on once the migration is done. When the accelerator value
     would run code that still needs CUDA (``torch.nn.DataParallel`` that no rule removed, CUDA streams,
@@ -581,6 +582,7 @@ class CudaGates(GateReports, Rule):
             self._done.add(parent)
             self.replace(parent, _bare(cst.SimpleString(_quoted(parent.body, "xla")), parent),
                          f"backend chosen by {text} -> \"xla\" (the XLA process group's backend)")
+            self._fold_backend_tests(parent)
             return None
         if isinstance(parent, cst.IfExp) and parent.test is node:
             self._done.add(parent)
@@ -604,6 +606,29 @@ class CudaGates(GateReports, Rule):
         self._done.add(node)
         self.replace(node, _constant(value), f"{text} -> {value} (its value on the XLA accelerator)")
         return None
+
+    def _fold_backend_tests(self, choice: cst.IfExp) -> None:
+        """``backend = "xla"`` (the choice just folded) bound once in a function, then ``if backend == "gloo":``:
+        that test is known too; its branch that can never run goes."""
+        assign = self.ctx.parent(choice)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)):
+            return
+        name = assign.targets[0].target
+        scope = self.ctx.scopes.get(name)
+        if scope is None or type(scope).__name__ != "FunctionScope" or len(scope.assignments[name.value]) != 1:
+            return
+        for access in next(iter(scope.assignments[name.value])).references:
+            test = self.ctx.parent(access.node)
+            if not (isinstance(test, cst.Comparison) and test.left is access.node and len(test.comparisons) == 1
+                    and isinstance(test.comparisons[0].operator, (cst.Equal, cst.NotEqual))):
+                continue
+            literal = patterns.string_value(test.comparisons[0].comparator)
+            owner = self.ctx.parent(test)
+            if literal is None or not isinstance(owner, cst.If) or owner.test is not test or owner in self._done:
+                continue
+            equal = isinstance(test.comparisons[0].operator, cst.Equal)
+            self._fold_if(owner, (literal == "xla") == equal, " ".join(patterns.code_of(test).split()))
 
     def _fold_if(self, node: cst.If, value: bool, text: str) -> None:
         """``if <test>:`` whose test is known: keep the taken branch without the ``if`` where it is one
