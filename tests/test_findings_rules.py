@@ -156,3 +156,11 @@ def test_packed_sequence_lengths_kept_on_the_host():
     found, _ = findings("XLA905/host_lengths.in.py", "XLA905")
     assert [line for line, _ in found] == [6, 13], found
     assert found[1][1].startswith('batch["lengths"] stays on the host here')
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_cuda_names_in_annotations_are_not_leftovers(target):
+    """`scaler: amp.GradScaler` runs nothing (review class 33-false-findings-2): only the import that names
+    torch.cuda is reported (run alone, XLA900 also reports the autocast and the constructor no rule migrated)."""
+    found, _ = findings("XLA202/scaler_parameter_annotation.in.py", "XLA900", target)
+    assert [line for line, _ in found] == [4, 8, 18] and "import" in found[0][1]

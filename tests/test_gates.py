@@ -257,3 +257,33 @@ def test_an_early_return_guard_is_decided_by_the_code_after_it(target):
     assert major.strip() == "return None", code
     assert "get_device_properties" not in code and "if not" not in code and "model(x" in code, code
     assert any(f.code == "XLA104" and f.line == 5 and "left out" in f.message for f in findings), findings
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_a_name_bound_only_on_a_left_out_path_is_reported_where_read(target):
+    """qlora get_accelerate_model: `n_gpus` bound only under `torch.cuda.is_available()` (left out on XLA)
+    and read by `range(n_gpus)`: the read is reported; a name also bound before the test or on the kept
+    branch is not."""
+    code, findings = _code("""
+        import torch
+
+        def plan(budget):
+            if torch.cuda.is_available():
+                n_gpus = torch.cuda.device_count()
+            return {i: budget for i in range(n_gpus)}
+
+        def bound_before(budget):
+            n_gpus = 1
+            if torch.cuda.is_available():
+                n_gpus = torch.cuda.device_count()
+            return {i: budget for i in range(n_gpus)}
+
+        def bound_on_the_kept_branch(budget):
+            if torch.cuda.is_available():
+                n_gpus = torch.cuda.device_count()
+            else:
+                n_gpus = 1
+            return {i: budget for i in range(n_gpus)}
+        """, target)
+    unbound = [f for f in findings if "UnboundLocalError" in f.message]
+    assert [f.line for f in unbound] == [7] and "n_gpus" in unbound[0].message

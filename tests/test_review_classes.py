@@ -300,8 +300,6 @@ def test_findings_stay_on_a_rerun_of_the_output(target):
     assert sorted(f.code for f in again.findings) == sorted(f.code for f in first.findings)
 
 
-@known_defect(33, "XLA104 deletes a test's `assert ... == \"cuda\"` with the false change message "
-                  "'holds on XLA'; no finding says a test was weakened")
 @BOTH
 def test_test_assertions_are_kept_or_reported(migrated, target):
     run = migrated("33-test-assertion-removed", target)
@@ -316,8 +314,6 @@ def test_torch_save_of_host_data_is_kept(migrated, target):
     assert "            torch.save(spec, path)\n" in code and "xm.save(spec" not in code
 
 
-@known_defect(33, "folds leave dead code: `backend = \"xla\"` then `if backend == \"gloo\":`, and "
-                  "`return torch.device(\"cpu\")` after `return device`")
 @BOTH
 def test_no_dead_code_after_folds(migrated, target):
     code = migrated("33-dead-code-left", target).code["train.py"]
@@ -329,8 +325,6 @@ def test_no_dead_code_after_folds(migrated, target):
     assert returns and returns[0] == len(dev.body) - 1, f"statements after the first return:\n{text}"
 
 
-@known_defect(33, "false findings: XLA409 'now loads on the CPU' for map_location=torch.device(\"cpu\") "
-                  "(line 49), XLA202/XLA900 on the annotation `scaler: amp.GradScaler` (line 25)")
 @BOTH
 def test_no_false_findings_on_cpu_map_location_or_annotations(migrated, target):
     run = migrated("33-false-findings-2", target)

@@ -25,8 +25,6 @@ def _barriers(tree: ast.AST) -> list[int]:
 # Severity C (a crash the original did not have) ---------------------------------------------------------------
 
 
-@known_defect(29, "`if torch.cuda.is_available(): n_gpus = torch.cuda.device_count()` is removed (XLA104) while "
-                  "`range(n_gpus)` stays: UnboundLocalError on XLA (qlora get_accelerate_model)")
 @BOTH
 def test_folded_gate_leaves_no_name_unbound(migrated, target):
     run = migrated("29-folded-gate-leaves-name-unbound", target)
@@ -47,9 +45,6 @@ def test_lightning_trainer_on_gpus_is_rewritten_or_reported(migrated, target):
     assert rewritten or reported, f"Trainer({keywords}); findings: {_show(run.findings['run.py'])}"
 
 
-@known_defect(29, "`impl='cuda'` (a kernel selector validated by `assert impl in ['ref', 'cuda']`) becomes 'xla' / "
-                  "'xla:0' in the default and the dispatch test but not in the assert: AssertionError on every call "
-                  "(stylegan2-ada bias_act / upfirdn2d)")
 @BOTH
 def test_a_renamed_selector_still_passes_its_own_check(migrated, target):
     run = migrated("29-impl-selector-renamed-past-its-check", target)
@@ -70,8 +65,6 @@ def test_lightning_fabric_strategy_is_rewritten_or_reported(migrated, target):
     assert rewritten or reported, f"findings: {_show(run.findings['pretrain.py'])}"
 
 
-@known_defect(29, "`device = f\"{device}:{local_rank}\"` (the CUDA one-GPU-per-process idiom) is kept once the default "
-                  "is 'xla': 'xla:<local_rank>' does not exist in a PJRT process (open_clip distributed.py)")
 @BOTH
 def test_no_xla_device_named_by_the_local_rank(migrated, target):
     run = migrated("29-device-string-from-local-rank", target)

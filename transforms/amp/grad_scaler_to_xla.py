@@ -167,6 +167,9 @@ class GradScalerToXla(Rule):
     def _reference(self, node: cst.BaseExpression) -> None:
         if self.ctx.target.has_grad_scaler:
             return
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.Param) and parent.name is node:
+            return  # a parameter's name binds the scaler passed in; its reads are the references
         spelling = patterns.dotted_name(node)
         if spelling is not None and spelling in self.ctx.facts.scalers:
             self._references.append((spelling, node))

@@ -10,6 +10,8 @@ What it does:
     keyword arguments. Where a device is needed and the script has no device variable in scope,
     ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
     Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
+    A user's device indexed by the process's rank (``f"{device}:{local_rank}"``, one GPU per process) is
+    reported: each XLA process owns one device, index 0.
 
 Why:
     On XLA every process drives one device, reached through ``xm.xla_device()`` (``torch_xla.device()``
@@ -90,6 +92,28 @@ class CudaDeviceToXla(Rule):
             device = self.ctx.spell("device_string")  # TorchTPU: a device chosen as a string stays a string
         self.replace(value, patterns.parsed_expression(device), f"{self._short(value)} -> {device}")
         self._replaced_whole.add(value)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        """``f"{device}:{local_rank}"`` (one GPU per process, picked by the local rank) of a device the user
+        chooses, whose CUDA value became XLA's name: under PJRT each process owns one device, ``xla:0``, so
+        every process but local rank 0 would ask for a device it does not have."""
+        if self.ctx.facts.uses_accelerate or "cuda" not in self.ctx.input_code:
+            return
+        parts = node.parts
+        if not (len(parts) == 3 and isinstance(parts[0], cst.FormattedStringExpression)
+                and isinstance(parts[1], cst.FormattedStringText) and parts[1].value == ":"
+                and isinstance(parts[2], cst.FormattedStringExpression)):
+            return
+        index = patterns.code_of(parts[2].expression).lower()
+        if not any(word in index for word in ("rank", "ordinal")):
+            return
+        if not self.ctx.device_flow.cpu_capable(parts[0].expression):
+            return
+        # Named in words: spelling the XLA device here would import its module for a message.
+        self.finding(node, f"{self._short(node)}: a device indexed by the process's rank: on XLA each process "
+                     "owns one device, whose index is 0, so every process but the first asks for a device it "
+                     "does not have (RuntimeError)", "drop the index: keep the device's name (the XLA runtime "
+                     "gives each process its own device)")
 
     def _device_at(self, node: cst.CSTNode) -> str:
         """The XLA device, spelled for where ``node`` is evaluated: the plain value where making it would

@@ -22,10 +22,13 @@ What it does:
       CUDA (``torch.cuda.get_device_properties``) the early return is always taken on XLA, and the code after
       it, unreachable, goes (a finding names its lines). Code after the guard that does work other rules
       migrate (``model.cuda()``, a device chosen) is the function's work: the guard is dropped instead.
-    - ``assert torch.cuda.is_available()`` is removed.
+    - ``assert torch.cuda.is_available()`` is removed; an ``assert`` comparing a device with ``"cuda"`` (a
+      test's ``assert model.to.call_args.args[0] == "cuda"``) is kept and reported: it checks what the code
+      did, which the migration changed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
-      ``"xla"``: neither backend is XLA's, the choice was the accelerator's.
+      ``"xla"``: neither backend is XLA's, the choice was the accelerator's. A test of that backend in the same function
+      (``if backend == "gloo":``) is then known too, and folded.
 
     A test is decided by the code its value turns on once the migration is done. When the accelerator value
     would run code that still needs CUDA (``torch.nn.DataParallel`` that no rule removed, CUDA streams,
@@ -41,13 +44,18 @@ What it does:
     says that the code now runs on the CPU. A name only the left-out path set (``num_gpus =
     torch.cuda.device_count()``) that a later test reads to choose the launch (``if num_gpus > 1:
     mp.spawn(...)``) is reported at that test: the launch may never run; so is a launch in a branch left
-    out (``if torch.cuda.device_count() > 1: mp.spawn(...)``). Tests of one condition in one
+    out (``if torch.cuda.device_count() > 1: mp.spawn(...)``). A function's name bound on the left-out path and
+    nowhere before the test but read after it (``range(n_gpus)``) is reported at the read: on XLA it may be
+    unbound. Tests of one condition in one
     function whose branches share names (a format bound by the first, used by the second) take one value:
     the one that keeps the CUDA-only code off, unless the other test's accelerator branch does work another
     rule migrates (then the disagreement is reported). A flag bound
     to a test (``cuda = torch.cuda.is_available()``, ``self.is_cuda = device.type == "cuda"``) is folded,
     and each of its uses as a test (``if self.is_cuda:``) is decided the same way. ``torch.cuda.device_count()``
     compared with a number is a test too: one XLA device per process (``device_count() > 1`` is False).
+
+    A comparison with a parameter that selects an implementation, not a device (``impl="cuda"`` checked by
+    ``assert impl in ["ref", "cuda"]``), is no test of CUDA: that test stays as it is (on XLA the plain path runs).
 
     Device expressions that XLA101 or the AMP rules rewrite as a whole (``"cuda" if torch.cuda.is_available()
     else "cpu"``) are left to them.
@@ -170,6 +178,8 @@ class CudaGates(GateReports, Rule):
         operator = target.operator
         left_cuda = patterns.is_cuda_string(node.left)
         right_cuda = patterns.is_cuda_string(target.comparator)
+        if self._selects_an_implementation(node):
+            return
         if isinstance(operator, (cst.Equal, cst.NotEqual)) and left_cuda != right_cuda:
             self._gate(node, isinstance(operator, cst.Equal))
         elif isinstance(operator, (cst.In, cst.NotIn)) and left_cuda and not right_cuda:
@@ -178,6 +188,15 @@ class CudaGates(GateReports, Rule):
               and self.ctx.is_call_to(node.left, *DEVICE_COUNT) and isinstance(target.comparator, cst.Integer)):
             # One XLA device per process: `torch.cuda.device_count() > 1` (DataParallel) is False on XLA.
             self._gate(node, _COMPARE[type(operator)](1, int(target.comparator.value)))
+
+    def _selects_an_implementation(self, node: cst.Comparison) -> bool:
+        """``impl == "cuda" and x.device.type == "cuda" and _init()``: the test of a fused kernel chosen by a
+        selector parameter (``impl``, checked against ``["ref", "cuda"]``), no device test: on XLA it stays as
+        it is, False, and the plain path runs (its CUDA branch stays unreachable)."""
+        flow = self.ctx.device_flow
+        top = gates.test_top(node, self.ctx.parent)
+        return bool(flow.selectors) and bool(patterns.find_all(top, lambda n: isinstance(n, cst.Comparison) and (
+            flow.is_selector(n.left) or any(flow.is_selector(c.comparator) for c in n.comparisons))))
 
     def visit_If(self, node: cst.If) -> None:
         self._leaves_of(node.test)
@@ -299,6 +318,7 @@ class CudaGates(GateReports, Rule):
             if dropped:
                 self._report_dropped(node, dropped, left_out)
                 self._report_dead_launch(node, left_out)
+                self._report_unbound_reads(node, left_out)
             self._report_launch_left_out(node, left_out)
             if node in live:
                 self._test_for_xla(node)
@@ -562,6 +582,7 @@ class CudaGates(GateReports, Rule):
             self._done.add(parent)
             self.replace(parent, _bare(cst.SimpleString(_quoted(parent.body, "xla")), parent),
                          f"backend chosen by {text} -> \"xla\" (the XLA process group's backend)")
+            self._fold_backend_tests(parent)
             return None
         if isinstance(parent, cst.IfExp) and parent.test is node:
             self._done.add(parent)
@@ -570,6 +591,14 @@ class CudaGates(GateReports, Rule):
             return None
         if isinstance(parent, cst.If) and parent.test is node:
             return self._fold_if(parent, value, text)
+        if isinstance(parent, cst.Assert) and parent.test is node and self._compared(node) is not None:
+            # `assert model.to.call_args.args[0] == "cuda"`: a check of what the code did (a test's), not that
+            # CUDA is there: kept, and said, as the migrated code no longer does that.
+            self._done.add(parent)
+            self.finding(parent, f"assert {text}: kept, but the migrated code uses the XLA device, so this check "
+                         "of a CUDA device no longer holds",
+                         "rewrite the expected device to XLA's (its type is \"xla\") or drop the check by hand")
+            return None
         if isinstance(parent, cst.Assert) and parent.test is node and value:
             self._done.add(parent)
             self.remove(parent, f"removed assert {text}: holds on XLA")
@@ -577,6 +606,29 @@ class CudaGates(GateReports, Rule):
         self._done.add(node)
         self.replace(node, _constant(value), f"{text} -> {value} (its value on the XLA accelerator)")
         return None
+
+    def _fold_backend_tests(self, choice: cst.IfExp) -> None:
+        """``backend = "xla"`` (the choice just folded) bound once in a function, then ``if backend == "gloo":``:
+        that test is known too; its branch that can never run goes."""
+        assign = self.ctx.parent(choice)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)):
+            return
+        name = assign.targets[0].target
+        scope = self.ctx.scopes.get(name)
+        if scope is None or type(scope).__name__ != "FunctionScope" or len(scope.assignments[name.value]) != 1:
+            return
+        for access in next(iter(scope.assignments[name.value])).references:
+            test = self.ctx.parent(access.node)
+            if not (isinstance(test, cst.Comparison) and test.left is access.node and len(test.comparisons) == 1
+                    and isinstance(test.comparisons[0].operator, (cst.Equal, cst.NotEqual))):
+                continue
+            literal = patterns.string_value(test.comparisons[0].comparator)
+            owner = self.ctx.parent(test)
+            if literal is None or not isinstance(owner, cst.If) or owner.test is not test or owner in self._done:
+                continue
+            equal = isinstance(test.comparisons[0].operator, cst.Equal)
+            self._fold_if(owner, (literal == "xla") == equal, " ".join(patterns.code_of(test).split()))
 
     def _fold_if(self, node: cst.If, value: bool, text: str) -> None:
         """``if <test>:`` whose test is known: keep the taken branch without the ``if`` where it is one

@@ -83,6 +83,10 @@ class TorchLoadMapLocation(Rule):
         if isinstance(node, cst.Lambda):
             return bool(patterns.find_all(node.body, lambda n: patterns.method_call(n, "cuda") is not None))
         if isinstance(node, cst.Call):
+            args = patterns.positional(node)
+            if (self.ctx.is_call_to(node, "torch.device") and args
+                    and (patterns.string_value(args[0].value) or "").split(":")[0] == "cpu"):
+                return False  # torch.device("cpu"): it loaded on the CPU before too
             if self.ctx.is_call_to(node, "torch.device", "torch.cuda.current_device"):
                 return True
             name = patterns.dotted_name(node.func)

@@ -86,6 +86,8 @@ class CudaLeftover(Rule):
             return
         if isinstance(parent, cst.Attribute) and parent.attr is node:
             return
+        if self._in_annotation(node):
+            return  # `scaler: amp.GradScaler` runs nothing; the import that names it is reported once
         own = node.attr.value if isinstance(node, cst.Attribute) else node.value
         qualname = _cuda_qualname(self.ctx.torch_names(node))
         if qualname is None and own not in CUDA_NAMES and not self._has_cuda_part(node):
@@ -112,6 +114,14 @@ class CudaLeftover(Rule):
         if call is not None and not text.startswith(".cuda()"):
             text += "()"
         self._candidates.append((call or node, self._cuda_link(node), text, fix))
+
+    def _in_annotation(self, node: cst.CSTNode) -> bool:
+        current = self.ctx.parent(node)
+        while current is not None and not isinstance(current, (cst.BaseStatement, cst.Param)):
+            if isinstance(current, cst.Annotation):
+                return True
+            current = self.ctx.parent(current)
+        return False
 
     def _cuda_link(self, node: cst.CSTNode) -> cst.CSTNode:
         """Where a construct is reported: its ``cuda`` / ``cudnn`` name (the line a reader searches for),
@@ -162,6 +172,8 @@ class CudaLeftover(Rule):
         if isinstance(self.ctx.parent(node), cst.ConcatenatedString):
             return
         value = patterns.string_value(node)
+        if patterns.is_cuda_string(node) and self.ctx.device_flow.selects(node):
+            return  # `impl="cuda"`, checked by `impl in ["ref", "cuda"]`: an implementation's name, not a device
         if patterns.is_cuda_string(node):
             fix = f"use the XLA device ({self._spelled('device')}) or, for a device type, \"xla\""
         elif value in BACKENDS:

@@ -13,6 +13,9 @@ and torch.cuda.is_available()``), a tensor's ``.device``. Device loaders wrap a 
 cannot be the CPU there (``may_be_cpu_at``: elsewhere the step barrier marks the step on either device),
 and CUDA comparisons of such a device test for XLA instead of being folded.
 
+A parameter whose check lists a word that is no device type (``impl="cuda"`` with ``assert impl in ["ref",
+"cuda"]``) selects an implementation: it is no device option (``selectors``, ``selects(literal)``).
+
 ``residue(test)``: what remains of a test once its CUDA gates are True (None when nothing does), for the
 conditionals above.
 """
@@ -29,6 +32,8 @@ ARGPARSE_ADD = ("add_argument",)
 ENV_READS = ("os.environ.get", "os.getenv")
 GATE_CALLS = ("torch.cuda.is_available", "torch.accelerator.is_available")
 _COUNT = ("torch.cuda.device_count",)
+# Device types a device option may name; any other word in its list of choices makes it no device.
+_DEVICE_TYPES = {"cpu", "cuda", "gpu", "mps", "xla", "tpu", "xpu", "hip", "meta", "auto", "npu"}
 
 
 class DeviceFlow:
@@ -40,6 +45,8 @@ class DeviceFlow:
         self.option_dests: set[str] = set()
         # Spellings (names, ``self.x``) that may hold the CPU device at run time.
         self.cpu_spellings: set[str] = set()
+        # Parameters that select an implementation (``impl="cuda"`` checked against ``["ref", "cuda"]``).
+        self.selectors: set[cst.Param] = set()
         self._assignments: list[tuple[str, cst.BaseExpression, cst.CSTNode]] = []
         self._judging: set[cst.CSTNode] = set()  # names being judged as gates (a flag bound to itself)
         self._collect()
@@ -52,7 +59,9 @@ class DeviceFlow:
             if isinstance(node, cst.Call):
                 self._call(node)
             elif isinstance(node, cst.Param):
-                if node.default is not None and patterns.is_cuda_string(node.default):
+                if node.default is not None and patterns.is_cuda_string(node.default) and self._selector(node):
+                    self.selectors.add(node)
+                elif node.default is not None and patterns.is_cuda_string(node.default):
                     self.option_literals.append(node.default)
                     self.cpu_spellings.add(node.name.value)
             elif isinstance(node, cst.DictElement):
@@ -72,6 +81,70 @@ class DeviceFlow:
             for spelling, value, _node in self._assignments:
                 if spelling not in self.cpu_spellings and self.cpu_capable(value):
                     self.cpu_spellings.add(spelling)
+
+    def _selector(self, param: cst.Param, depth: int = 0) -> bool:
+        """``impl="cuda"`` checked by ``assert impl in ["ref", "cuda"]``: the parameter picks an implementation
+        (a fused kernel or plain ops), not a device; its values stay as they are, so its check still holds.
+        So is one passed on to such a parameter of a function of the module (``upfirdn2d(..., impl=impl)``)."""
+        function = self.ctx.parent(param)
+        while function is not None and not isinstance(function, cst.FunctionDef):
+            function = self.ctx.parent(function)
+        if function is None or depth > 3:
+            return False
+
+        def passes_on(node: cst.CSTNode) -> bool:
+            if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Name):
+                return False
+            keys = [a.keyword.value for a in node.args if a.keyword is not None and isinstance(a.value, cst.Name)
+                    and a.value.value == param.name.value]
+            callees = [f for f in self.ctx.module.body if isinstance(f, cst.FunctionDef)
+                       and f.name.value == node.func.value]
+            return any(p.name.value == key and p.default is not None and patterns.is_cuda_string(p.default)
+                       and self._selector(p, depth + 1)
+                       for f in callees for p in f.params.params for key in keys)
+
+        if patterns.find_all(function.body, passes_on):
+            return True
+
+        def checks_choices(node: cst.CSTNode) -> bool:
+            if not (isinstance(node, cst.Comparison) and isinstance(node.left, cst.Name)
+                    and node.left.value == param.name.value and len(node.comparisons) == 1
+                    and isinstance(node.comparisons[0].operator, cst.In)):
+                return False
+            choices = node.comparisons[0].comparator
+            if not isinstance(choices, (cst.List, cst.Tuple, cst.Set)):
+                return False
+            words = {patterns.string_value(e.value) for e in choices.elements}
+            return any(word is not None and word.split(":")[0] not in _DEVICE_TYPES for word in words)
+
+        return bool(patterns.find_all(function.body, checks_choices))
+
+    def is_selector(self, node: cst.BaseExpression) -> bool:
+        """``node`` is a name of a parameter that selects an implementation, not a device (``_selector``)."""
+        if not isinstance(node, cst.Name) or not self.selectors:
+            return False
+        function = self.ctx.parent(node)
+        while function is not None and not isinstance(function, cst.FunctionDef):
+            function = self.ctx.parent(function)
+        return function is not None and any(
+            p in self.selectors and p.name.value == node.value for p in function.params.params)
+
+    def selects(self, literal: cst.BaseExpression) -> bool:
+        """``literal`` is a value of a selector parameter: its default, a value it is compared with (``impl ==
+        "cuda"``), or one of the choices its check lists (``impl in ["ref", "cuda"]``)."""
+        if not self.selectors:
+            return False
+        parent = self.ctx.parent(literal)
+        if isinstance(parent, cst.Param) and parent.default is literal:
+            return parent in self.selectors
+        if isinstance(parent, cst.Element):
+            parent = self.ctx.parent(self.ctx.parent(parent))  # the list, then its comparison target
+        if isinstance(parent, cst.ComparisonTarget):
+            comparison = self.ctx.parent(parent)
+            return isinstance(comparison, cst.Comparison) and self.is_selector(comparison.left)
+        if isinstance(parent, cst.Comparison) and parent.left is literal:
+            return self.is_selector(parent.comparisons[0].comparator)
+        return False
 
     def _call(self, node: cst.Call) -> None:
         ctx = self.ctx
