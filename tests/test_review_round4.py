@@ -84,8 +84,6 @@ def test_no_xla_device_named_by_the_local_rank(migrated, target):
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
-@known_defect(30, "loops in the methods of a model deriving from a project base class (imported) get XLA302 "
-                  "barriers as 'evaluation batches': one graph execution per block (PyTorch-VAE lvae/dfcvae)")
 @BOTH
 def test_no_barrier_inside_a_model_of_a_project_base_class(migrated, target):
     run = migrated("30-barrier-in-model-of-project-base", target)
@@ -104,9 +102,6 @@ def test_a_model_deriving_from_nn_module_directly_gets_no_barrier(target):
     assert result.error is None and not _barriers(ast.parse(result.code)), result.code
 
 
-@known_defect(30, "a loop that steps optimizers after `loss.accumulate_gradients(...)` of an object built by a "
-                  "factory (construct_class_by_name) gets no barrier and no finding: one graph per 10 steps "
-                  "(stylegan2-ada training_loop)")
 @BOTH
 def test_step_with_backward_out_of_sight_gets_a_barrier_or_a_finding(migrated, target):
     run = migrated("30-backward-in-factory-built-loss-no-barrier", target)

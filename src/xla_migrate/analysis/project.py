@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .project_flow import dotted as _dotted
 from .project_flow import (loop_model_calls, own_calls, per_step_functions, random_slice_helpers,
-                           reads_through_own_calls, walk_ast)
+                           reads_through_own_calls, torch_module_class, walk_ast)
 from .truth_tests import first_truth_test, torch_aliases
 
 # What a helper does: "backward", "step" (an optimizer update).
@@ -81,6 +81,9 @@ class ModuleInfo:
     # function -> (line, code) of its first tensor-style slice (several dimensions or ``...``) at offsets a
     # ``random.*`` / ``np.random.*`` draw gives: a random crop helper (issue 30, XLA312)
     random_slices: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # class -> its bases as written (``Ladder(BaseModel)`` -> ("BaseModel",)), to follow a model's base class
+    # into the module it is imported from (issue 30: its methods are not script code)
+    bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class ProjectIndex:
     _instance_classes: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
     # (file, function) -> how a loop of another module runs it every step; filled on first use
     _per_step: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
+    # method name -> the classes of the project that define it, as (file, "Class.method"); filled on first use
+    _method_owners: dict[str, list[tuple[str, str]]] = field(default_factory=dict, repr=False, compare=False)
 
     # Queries ---------------------------------------------------------------------------------------------
     def relative(self, path: str) -> str | None:
@@ -252,6 +257,30 @@ class ProjectIndex:
             self._per_step.update(per_step_functions(self))
         return self._per_step.get((rel, qualified))
 
+    def sole_method_effects(self, method: str) -> tuple[str, ...]:
+        """What ``obj.method(...)`` does when the object's class is unknown (made by a factory from a class
+        named by a string: stylegan2-ada's ``construct_class_by_name``) but only one class of the project
+        defines a public method of that name (``PairLoss.accumulate_gradients``, whose backward the loop
+        runs): that method's effects; else ()."""
+        if method.startswith("_"):
+            return ()
+        if not self._method_owners:
+            self._method_owners[""] = []  # computed
+            for rel, info in self.modules.items():
+                for key in info.calls:
+                    if key.count(".") == 1:
+                        self._method_owners.setdefault(key.split(".")[1], []).append((rel, key))
+        owners = self._method_owners.get(method, [])
+        if len(owners) != 1:
+            return ()
+        rel, key = owners[0]
+        return self.modules[rel].step_helpers.get(key, ())
+
+    def torch_module_class(self, rel: str, class_name: str) -> bool:
+        """The class ``class_name`` (as ``rel`` spells it) is a project class whose bases reach a torch module
+        through the project's own classes (``class BaseVAE(nn.Module)`` in models/base.py)."""
+        return torch_module_class(self, rel, class_name)
+
     def view(self, path: str) -> ProjectFile | None:
         rel = self.relative(path)
         return ProjectFile(self, rel) if rel is not None else None
@@ -311,6 +340,9 @@ class ProjectFile:
     def per_step(self, qualified: str) -> str | None:
         return self.index.per_step(self.rel, qualified)
 
+    def torch_module_class(self, class_name: str) -> bool:
+        return self.index.torch_module_class(self.rel, class_name)
+
     def random_slice(self, qualified: str) -> tuple[str, int, str] | None:
         return self.index.random_slice(self.rel, qualified)
 
@@ -318,7 +350,7 @@ class ProjectFile:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
         found = self.index.instance_class(self.rel, name)
         if found is None:
-            return ()
+            return self.index.sole_method_effects(method)
         defined, class_name = found
         return self.index.modules[defined].step_helpers.get(f"{class_name}.{method}", ())
 
@@ -382,6 +414,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     reads: dict[str, tuple[int, str]] = {}
     ties: dict[str, tuple[tuple[str, str], ...]] = {}
     calls_of: dict[str, tuple[tuple[str, str], ...]] = {}
+    bases: dict[str, tuple[str, ...]] = {}
     aliases = torch_aliases(tree)
     for statement in tree.body:
         _imports_of(statement, package, imports)
@@ -398,6 +431,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                 saves.append(statement.name)
         elif isinstance(statement, ast.ClassDef):
             classes.append(statement.name)
+            bases[statement.name] = tuple(filter(None, (_dotted(base) for base in statement.bases)))
             tied = _ties(statement)
             if tied:
                 ties[statement.name] = tied
@@ -450,7 +484,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
                       ties=ties, loop_models=loop_model_calls(tree), calls=calls_of,
-                      random_slices=random_slice_helpers(tree))
+                      random_slices=random_slice_helpers(tree), bases=bases)
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
