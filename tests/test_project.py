@@ -216,6 +216,24 @@ def test_object_of_a_project_class_passed_in_steps_the_optimizer(tmp_path):
     assert result.data_parallel == "ddp" and result.data_parallel_reason.startswith("auto: no DistributedDataParallel")
 
 
+def test_two_entry_files_sharing_a_helper_are_two_programs(tmp_path):
+    # Issue 33 (cleanrl): a torchrun script and a one-process script both import a logging helper; only the
+    # torchrun script's program is distributed. A module the distributed entry imports through another
+    # module (model.py via lib.py) still belongs to that program.
+    write(tmp_path, {"logs.py": "def report(x):\n    print(x)\n",
+                     "lib.py": "import torch.distributed as dist\nimport model\n\n\ndef setup():\n"
+                               "    dist.init_process_group('nccl')\n",
+                     "model.py": "import torch\n",
+                     "multi.py": "import torch\nimport lib\nfrom logs import report\n\nlib.setup()\n",
+                     "single.py": "import torch\nfrom logs import report\n\nreport(torch.ones(1))\n"})
+    index = index_of(tmp_path)
+    assert index.component("single.py") == ["logs.py", "single.py"]
+    assert index.component("multi.py") == ["lib.py", "logs.py", "model.py", "multi.py"]
+    assert index.component("logs.py") == ["lib.py", "logs.py", "model.py", "multi.py", "single.py"]
+    assert not index.view(str(tmp_path / "single.py")).distributed
+    assert all(index.view(str(tmp_path / name)).distributed for name in ("multi.py", "lib.py", "model.py", "logs.py"))
+
+
 def test_methods_of_a_model_whose_base_class_is_imported_are_outside_the_steps(tmp_path):
     # Issue 30 (PyTorch-VAE's LVAE(BaseVAE), BaseVAE(nn.Module) in models/base.py): a loop over the blocks in
     # the model's methods is its forward, not an evaluation loop: no barrier there, one per step in train.py.

@@ -118,15 +118,20 @@ class ProjectIndex:
         return info.main_block or info.launcher or not self.importers(rel)
 
     def component(self, rel: str) -> list[str]:
-        """The modules connected to ``rel`` by imports (either way), itself included."""
-        seen, todo = {rel}, [rel]
+        """The modules of the programs ``rel`` belongs to, itself included: each module that imports ``rel``
+        (directly or not) and ``rel`` itself, with everything they import. Two entry files that share only
+        a helper (a logger, a replay buffer) are two programs: the helper belongs to both, neither entry to
+        the other's (issue 33: cleanrl's single-process scripts took the torchrun script's decision)."""
+        roots = self._closure([rel], lambda current: self.importers(current))
+        return sorted(self._closure(sorted(roots), lambda current: self.edges.get(current, ())))
+
+    def _closure(self, start: list[str], step) -> set[str]:
+        seen, todo = set(start), list(start)
         while todo:
-            current = todo.pop()
-            neighbours = set(self.edges.get(current, ())) | set(self.importers(current))
-            for other in neighbours - seen:
+            for other in set(step(todo.pop())) - seen:
                 seen.add(other)
                 todo.append(other)
-        return sorted(seen)
+        return seen
 
     def distributed_setup(self, rel: str) -> list[tuple[str, int, str]]:
         """(file, line, what) of the distributed setup in the modules connected to ``rel``."""
