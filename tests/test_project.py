@@ -255,10 +255,23 @@ def test_methods_of_a_model_whose_base_class_is_imported_are_outside_the_steps(t
     assert trained.code.count("torch_xla.sync()") == 1
 
 
+def test_a_base_class_re_exported_by_a_package_is_followed(tmp_path):
+    # PyTorch-VAE: models/lvae.py does `from models import BaseVAE`, models/__init__.py `from .base import *`.
+    (tmp_path / "models").mkdir()
+    write(tmp_path, {"models/__init__.py": "from .base import *\nfrom .lvae import *\n",
+                     "models/base.py": "from torch import nn\n\n\nclass BaseVAE(nn.Module):\n    pass\n",
+                     "models/lvae.py": "from models import BaseVAE\n\n\nclass LVAE(BaseVAE):\n    pass\n"})
+    index = index_of(tmp_path)
+    assert index.torch_module_class("models/lvae.py", "BaseVAE")
+    assert not index.torch_module_class("models/lvae.py", "Missing")
+
+
 def test_a_method_only_one_project_class_defines_tells_what_a_factory_built_object_does(tmp_path):
     # Issue 30 (stylegan2-ada: `loss = construct_class_by_name(...)`, then `loss.accumulate_gradients(...)`
     # runs the backward in training/loss.py): the loop that steps the optimizer after it is a training step.
-    losses = ("import torch\n\n\nclass PairLoss:\n    def accumulate_gradients(self, x):\n"
+    losses = ("import torch\n\n\nclass Loss:\n    def accumulate_gradients(self, x):  # a subclass defines it\n"
+              "        raise NotImplementedError()\n\n\n"
+              "class PairLoss(Loss):\n    def accumulate_gradients(self, x):\n"
               "        x.sum().backward()\n\n    def report(self, x):\n        pass\n\n\n"
               "class Other:\n    def report(self, x):\n        pass\n")
     train = ("import torch\n\n\ndef build(name):\n    return None\n\n\ndef main(opt, x):\n    loss = build('losses.PairLoss')\n"

@@ -84,6 +84,9 @@ class ModuleInfo:
     # class -> its bases as written (``Ladder(BaseModel)`` -> ("BaseModel",)), to follow a model's base class
     # into the module it is imported from (issue 30: its methods are not script code)
     bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # "Class.method" of the methods whose body only says a subclass defines them (``raise
+    # NotImplementedError``, ``pass``, ``...``): stylegan2-ada's ``Loss.accumulate_gradients``
+    abstract: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -243,13 +246,32 @@ class ProjectIndex:
             target = self.import_target(rel, module, attribute) if head else self.resolve(rel, module)
             if target is None:
                 return None
-            wanted = last if head else attribute
-            return (target, wanted) if wanted in self.modules[target].classes else None
+            return self._defined_in(target, last if head else attribute)
         if not head:  # ``from models import *``
             for key, (module, _) in info.imports.items():
                 target = self.resolve(rel, module) if key.startswith("*") else None
                 if target is not None and class_name in self.modules[target].classes:
                     return target, class_name
+        return None
+
+    def _defined_in(self, rel: str, class_name: str, depth: int = 0) -> tuple[str, str] | None:
+        """Where the class ``class_name`` that module ``rel`` holds is defined: in ``rel`` itself, or in a module
+        it re-exports it from (a package ``__init__.py`` with ``from .base import *``: PyTorch-VAE's
+        ``from models import BaseVAE``)."""
+        info = self.modules[rel]
+        if class_name in info.classes:
+            return rel, class_name
+        if depth > 4:
+            return None
+        if class_name in info.imports and info.imports[class_name][1]:
+            module, attribute = info.imports[class_name]
+            target = self.resolve(rel, module)
+            return self._defined_in(target, attribute, depth + 1) if target is not None else None
+        for key, (module, _) in info.imports.items():
+            target = self.resolve(rel, module) if key.startswith("*") else None
+            found = self._defined_in(target, class_name, depth + 1) if target not in (None, rel) else None
+            if found is not None:
+                return found
         return None
 
     def per_step(self, rel: str, qualified: str) -> str | None:
@@ -265,7 +287,7 @@ class ProjectIndex:
     def sole_method_effects(self, method: str) -> tuple[str, ...]:
         """What ``obj.method(...)`` does when the object's class is unknown (made by a factory from a class
         named by a string: stylegan2-ada's ``construct_class_by_name``) but only one class of the project
-        defines a public method of that name (``PairLoss.accumulate_gradients``, whose backward the loop
+        defines a public method of that name (an abstract one a base class declares aside) (``PairLoss.accumulate_gradients``, whose backward the loop
         runs): that method's effects; else ()."""
         if method.startswith("_"):
             return ()
@@ -273,7 +295,7 @@ class ProjectIndex:
             self._method_owners[""] = []  # computed
             for rel, info in self.modules.items():
                 for key in info.calls:
-                    if key.count(".") == 1:
+                    if key.count(".") == 1 and key not in info.abstract:
                         self._method_owners.setdefault(key.split(".")[1], []).append((rel, key))
         owners = self._method_owners.get(method, [])
         if len(owners) != 1:
@@ -420,6 +442,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     ties: dict[str, tuple[tuple[str, str], ...]] = {}
     calls_of: dict[str, tuple[tuple[str, str], ...]] = {}
     bases: dict[str, tuple[str, ...]] = {}
+    abstract: list[str] = []
     aliases = torch_aliases(tree)
     for statement in tree.body:
         _imports_of(statement, package, imports)
@@ -443,6 +466,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
             for item in statement.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     calls_of[f"{statement.name}.{item.name}"] = own_calls(item)
+                    if _abstract(item):
+                        abstract.append(f"{statement.name}.{item.name}")
                     calls = _calls_in(item)
                     effects = _effects(calls)
                     if effects:
@@ -489,7 +514,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
                       ties=ties, loop_models=loop_model_calls(tree), calls=calls_of,
-                      random_slices=random_slice_helpers(tree), bases=bases)
+                      random_slices=random_slice_helpers(tree), bases=bases,
+                      abstract=tuple(abstract))
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
@@ -514,6 +540,17 @@ def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str,
             local = alias.asname or alias.name
             # ``from pkg import module`` binds a module; ``from module import helper`` a name in it.
             imports.setdefault(local, (base, alias.name))
+
+
+def _abstract(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """The body only declares the method: a docstring, ``pass``, ``...``, ``raise NotImplementedError``."""
+    for statement in function.body:
+        if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):
+            continue
+        if isinstance(statement, ast.Raise) and statement.exc is not None and "NotImplementedError" in ast.unparse(statement.exc):
+            continue
+        return False
+    return True
 
 
 def _is_main_guard(test: ast.expr) -> bool:
