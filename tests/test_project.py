@@ -216,6 +216,77 @@ def test_object_of_a_project_class_passed_in_steps_the_optimizer(tmp_path):
     assert result.data_parallel == "ddp" and result.data_parallel_reason.startswith("auto: no DistributedDataParallel")
 
 
+def test_two_entry_files_sharing_a_helper_are_two_programs(tmp_path):
+    # Issue 33 (cleanrl): a torchrun script and a one-process script both import a logging helper; only the
+    # torchrun script's program is distributed. A module the distributed entry imports through another
+    # module (model.py via lib.py) still belongs to that program.
+    write(tmp_path, {"logs.py": "def report(x):\n    print(x)\n",
+                     "lib.py": "import torch.distributed as dist\nimport model\n\n\ndef setup():\n"
+                               "    dist.init_process_group('nccl')\n",
+                     "model.py": "import torch\n",
+                     "multi.py": "import torch\nimport lib\nfrom logs import report\n\nlib.setup()\n",
+                     "single.py": "import torch\nfrom logs import report\n\nreport(torch.ones(1))\n"})
+    index = index_of(tmp_path)
+    assert index.component("single.py") == ["logs.py", "single.py"]
+    assert index.component("multi.py") == ["lib.py", "logs.py", "model.py", "multi.py"]
+    assert index.component("logs.py") == ["lib.py", "logs.py", "model.py", "multi.py", "single.py"]
+    assert not index.view(str(tmp_path / "single.py")).distributed
+    assert all(index.view(str(tmp_path / name)).distributed for name in ("multi.py", "lib.py", "model.py", "logs.py"))
+
+
+def test_methods_of_a_model_whose_base_class_is_imported_are_outside_the_steps(tmp_path):
+    # Issue 30 (PyTorch-VAE's LVAE(BaseVAE), BaseVAE(nn.Module) in models/base.py): a loop over the blocks in
+    # the model's methods is its forward, not an evaluation loop: no barrier there, one per step in train.py.
+    base = "from torch import nn\n\n\nclass Base(nn.Module):\n    pass\n\n\nclass Deeper(Base):\n    pass\n"
+    model = ("import torch\nfrom torch import nn\nfrom base import Deeper\n\n\nclass Plain:\n    pass\n\n\n"
+             "class Ladder(Deeper):\n    def encode(self, x):\n        for encoder_block in self.encoders:\n"
+             "            x = encoder_block(x)\n        return x\n")
+    train = ("import torch\nfrom model import Ladder\n\nmodel = Ladder().cuda()\nopt = torch.optim.SGD(model.parameters())\n"
+             "for i in range(3):\n    loss = model(torch.ones(4).cuda()).sum()\n    loss.backward()\n    opt.step()\n")
+    write(tmp_path, {"base.py": base, "model.py": model, "train.py": train})
+    index = index_of(tmp_path)
+    assert index.torch_module_class("model.py", "Deeper")  # Deeper -> Base -> nn.Module, across modules
+    assert not index.torch_module_class("model.py", "Plain") and not index.torch_module_class("model.py", "Nope")
+    with_project = migrate(model, path=str(tmp_path / "model.py"), target="2.9", project=index)
+    assert "torch_xla.sync()" not in with_project.code, with_project.code
+    alone = migrate(model, path=str(tmp_path / "model.py"), target="2.9")
+    assert "torch_xla.sync()" in alone.code  # alone, the base is unknown: the loop looks like an evaluation loop
+    trained = migrate(train, path=str(tmp_path / "train.py"), target="2.9", project=index)
+    assert trained.code.count("torch_xla.sync()") == 1
+
+
+def test_a_base_class_re_exported_by_a_package_is_followed(tmp_path):
+    # PyTorch-VAE: models/lvae.py does `from models import BaseVAE`, models/__init__.py `from .base import *`.
+    (tmp_path / "models").mkdir()
+    write(tmp_path, {"models/__init__.py": "from .base import *\nfrom .lvae import *\n",
+                     "models/base.py": "from torch import nn\n\n\nclass BaseVAE(nn.Module):\n    pass\n",
+                     "models/lvae.py": "from models import BaseVAE\n\n\nclass LVAE(BaseVAE):\n    pass\n"})
+    index = index_of(tmp_path)
+    assert index.torch_module_class("models/lvae.py", "BaseVAE")
+    assert not index.torch_module_class("models/lvae.py", "Missing")
+
+
+def test_a_method_only_one_project_class_defines_tells_what_a_factory_built_object_does(tmp_path):
+    # Issue 30 (stylegan2-ada: `loss = construct_class_by_name(...)`, then `loss.accumulate_gradients(...)`
+    # runs the backward in training/loss.py): the loop that steps the optimizer after it is a training step.
+    losses = ("import torch\n\n\nclass Loss:\n    def accumulate_gradients(self, x):  # a subclass defines it\n"
+              "        raise NotImplementedError()\n\n\n"
+              "class PairLoss(Loss):\n    def accumulate_gradients(self, x):\n"
+              "        x.sum().backward()\n\n    def report(self, x):\n        pass\n\n\n"
+              "class Other:\n    def report(self, x):\n        pass\n")
+    train = ("import torch\n\n\ndef build(name):\n    return None\n\n\ndef main(opt, x):\n    loss = build('losses.PairLoss')\n"
+             "    for i in range(3):\n        loss.accumulate_gradients(x)\n        opt.step()\n\n\n"
+             "if __name__ == '__main__':\n    main(None, torch.ones(2).cuda())\n")
+    write(tmp_path, {"losses.py": losses, "train.py": train})
+    index = index_of(tmp_path)
+    assert index.sole_method_effects("accumulate_gradients") == ("backward",)
+    assert index.sole_method_effects("report") == ()  # two classes define it: unknown
+    result = migrate(train, path=str(tmp_path / "train.py"), target="2.9", project=index)
+    assert "        xm.optimizer_step(opt)\n        torch_xla.sync()\n" in result.code, result.code
+    alone = migrate(train, path=str(tmp_path / "train.py"), target="2.9")
+    assert "torch_xla.sync()" not in alone.code
+
+
 def test_reads_in_the_forward_of_a_model_imported_by_a_star_import_are_reads_of_every_step(tmp_path):
     # Issue 30 (Image-Captioning's `from models import *`): the forward and the helper it calls, each in its
     # own module, run every step of train.py's loop; a method reached through self reads for its caller.

@@ -98,9 +98,6 @@ def test_coin_toss_teacher_forcing_is_reported_or_on_the_device(migrated, target
 # Severity R (report wrong) ------------------------------------------------------------------------------------
 
 
-@known_defect(33, "a single-process script that shares an imported helper with a torchrun script gets the project's "
-                  "distributed decision: XLA408 'the workers build their weights without a common seed' "
-                  "(cleanrl dqn.py:148, c51.py:161 and 11 more)")
 @BOTH
 def test_a_single_process_script_gets_no_worker_findings(migrated, target):
     run = migrated("33-distributed-decision-leaks-via-shared-helper", target)

@@ -173,7 +173,7 @@ def migrate(
 
     ``project``: a ``project.ProjectIndex`` the script belongs to (``path`` names the file in it): the
     script is then migrated as part of that program (helpers in other modules, entry files, one distributed
-    decision for the modules that import each other; docs/guide.md, Projects). None: migrated alone.
+    decision per program: an entry file and what it imports; docs/guide.md, Projects). None: migrated alone.
 
     ``fix_safety``: ``"all"`` (every selected rule edits) or ``"safe"`` (``--safe-only``: the rules whose fix
     is labelled ``review`` report what they would change instead of changing it)."""
@@ -234,7 +234,7 @@ def _migrate(source: str | bytes, target: str = DEFAULT_TARGET, select=None, ign
         result.source = result.code = data.decode(module.encoding)
         result.encoding = module.encoding
     if view is not None and distributed is None and view.distributed:
-        distributed = True  # one decision for the modules that import each other
+        distributed = True  # one decision for the program (the entries reaching this module, what they import)
     try:
         rules = registry.select_rules(target_spec.name, select, ignore)
         report_only = frozenset(r.code for r in rules if r.fix_safety != "safe") if fix_safety == "safe" else frozenset()

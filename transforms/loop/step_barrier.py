@@ -8,7 +8,8 @@ What it does:
     - training loops: after the update, the last statement of the block holding the optimizer step that
       holds the step or a later update call (``scaler.update()``, ``zero_grad()``, a scheduler's ``step()``).
       The step may be in a called function (``self.train_step(batch)``, a loss-scaler object's
-      ``__call__``): the barrier goes after that call. With gradient accumulation it runs once per
+      ``__call__``, ``loss.accumulate_gradients(...)`` of an object a factory made when only one class of
+      the project defines that method): the barrier goes after that call or the update after it. With gradient accumulation it runs once per
       optimizer step: inside ``if (i + 1) % k == 0:`` when the update is guarded (XLA301 then gives the loop
       no device loader, which would mark every micro-step), after the update when the micro-steps are a
       nested loop. A training loop with no step in sight gets it at the end of its body;
@@ -16,7 +17,9 @@ What it does:
 
     Loops that XLA301 wraps in ``pl.MpDeviceLoader`` get none: the device loader marks the step. A loop
     written on one line gets the barrier appended after a semicolon. Scripts that build an
-    ``accelerate.Accelerator`` get none: Accelerate's prepared loaders mark the step (XLA605).
+    ``accelerate.Accelerator`` get none: Accelerate's prepared loaders mark the step (XLA605); nor does a loop
+    whose backward is Lightning Fabric's ``fabric.backward(loss)``: Fabric's strategy reduces and steps (its
+    ``optimizer.step()`` stays as it is, XLA204), and its loaders mark the step.
 
     Where the step ends (``xla_migrate.analysis.step_end``): a training step's barrier moves past the device
     work that follows the update in the same block (an EMA or teacher update: ``accumulate(g_ema, g, 0.999)``,
@@ -25,7 +28,8 @@ What it does:
     leaves the loop, saves or evaluates. An evaluation batch whose first read copies a value already
     computed (``losses[k] = loss.item()``) gets the barrier right before that read, also over a device
     loader: the batch runs one graph, where a barrier at its end ran a second one for the still-pending
-    logits. Never in the methods of an ``nn.Module`` (a loop over blocks or decoder steps in ``forward``,
+    logits. Never in the methods of an ``nn.Module``, also one whose base class is a project class imported
+    from another module (a loop over blocks or decoder steps in ``forward``,
     ``__init__`` building submodules) or in a project module's import-time code: those loops are not steps.
     The process function of an ignite ``Engine(train_step)`` that runs a backward and an update gets the
     barrier at its end (before its ``return``): ignite's loop runs it per batch and marks no step. And a

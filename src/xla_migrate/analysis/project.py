@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .project_flow import dotted as _dotted
 from .project_flow import (loop_model_calls, own_calls, per_step_functions, random_slice_helpers,
-                           reads_through_own_calls, walk_ast)
+                           reads_through_own_calls, torch_module_class, walk_ast)
 from .truth_tests import first_truth_test, torch_aliases
 
 # What a helper does: "backward", "step" (an optimizer update).
@@ -81,6 +81,12 @@ class ModuleInfo:
     # function -> (line, code) of its first tensor-style slice (several dimensions or ``...``) at offsets a
     # ``random.*`` / ``np.random.*`` draw gives: a random crop helper (issue 30, XLA312)
     random_slices: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # class -> its bases as written (``Ladder(BaseModel)`` -> ("BaseModel",)), to follow a model's base class
+    # into the module it is imported from (issue 30: its methods are not script code)
+    bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # "Class.method" of the methods whose body only says a subclass defines them (``raise
+    # NotImplementedError``, ``pass``, ``...``): stylegan2-ada's ``Loss.accumulate_gradients``
+    abstract: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,8 @@ class ProjectIndex:
     _instance_classes: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
     # (file, function) -> how a loop of another module runs it every step; filled on first use
     _per_step: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
+    # method name -> the classes of the project that define it, as (file, "Class.method"); filled on first use
+    _method_owners: dict[str, list[tuple[str, str]]] = field(default_factory=dict, repr=False, compare=False)
 
     # Queries ---------------------------------------------------------------------------------------------
     def relative(self, path: str) -> str | None:
@@ -113,15 +121,20 @@ class ProjectIndex:
         return info.main_block or info.launcher or not self.importers(rel)
 
     def component(self, rel: str) -> list[str]:
-        """The modules connected to ``rel`` by imports (either way), itself included."""
-        seen, todo = {rel}, [rel]
+        """The modules of the programs ``rel`` belongs to, itself included: each module that imports ``rel``
+        (directly or not) and ``rel`` itself, with everything they import. Two entry files that share only
+        a helper (a logger, a replay buffer) are two programs: the helper belongs to both, neither entry to
+        the other's (issue 33: cleanrl's single-process scripts took the torchrun script's decision)."""
+        roots = self._closure([rel], lambda current: self.importers(current))
+        return sorted(self._closure(sorted(roots), lambda current: self.edges.get(current, ())))
+
+    def _closure(self, start: list[str], step) -> set[str]:
+        seen, todo = set(start), list(start)
         while todo:
-            current = todo.pop()
-            neighbours = set(self.edges.get(current, ())) | set(self.importers(current))
-            for other in neighbours - seen:
+            for other in set(step(todo.pop())) - seen:
                 seen.add(other)
                 todo.append(other)
-        return sorted(seen)
+        return seen
 
     def distributed_setup(self, rel: str) -> list[tuple[str, int, str]]:
         """(file, line, what) of the distributed setup in the modules connected to ``rel``."""
@@ -233,13 +246,32 @@ class ProjectIndex:
             target = self.import_target(rel, module, attribute) if head else self.resolve(rel, module)
             if target is None:
                 return None
-            wanted = last if head else attribute
-            return (target, wanted) if wanted in self.modules[target].classes else None
+            return self._defined_in(target, last if head else attribute)
         if not head:  # ``from models import *``
             for key, (module, _) in info.imports.items():
                 target = self.resolve(rel, module) if key.startswith("*") else None
                 if target is not None and class_name in self.modules[target].classes:
                     return target, class_name
+        return None
+
+    def _defined_in(self, rel: str, class_name: str, depth: int = 0) -> tuple[str, str] | None:
+        """Where the class ``class_name`` that module ``rel`` holds is defined: in ``rel`` itself, or in a module
+        it re-exports it from (a package ``__init__.py`` with ``from .base import *``: PyTorch-VAE's
+        ``from models import BaseVAE``)."""
+        info = self.modules[rel]
+        if class_name in info.classes:
+            return rel, class_name
+        if depth > 4:
+            return None
+        if class_name in info.imports and info.imports[class_name][1]:
+            module, attribute = info.imports[class_name]
+            target = self.resolve(rel, module)
+            return self._defined_in(target, attribute, depth + 1) if target is not None else None
+        for key, (module, _) in info.imports.items():
+            target = self.resolve(rel, module) if key.startswith("*") else None
+            found = self._defined_in(target, class_name, depth + 1) if target not in (None, rel) else None
+            if found is not None:
+                return found
         return None
 
     def per_step(self, rel: str, qualified: str) -> str | None:
@@ -251,6 +283,30 @@ class ProjectIndex:
             self._per_step[("", "")] = ""  # computed (even when nothing runs per step)
             self._per_step.update(per_step_functions(self))
         return self._per_step.get((rel, qualified))
+
+    def sole_method_effects(self, method: str) -> tuple[str, ...]:
+        """What ``obj.method(...)`` does when the object's class is unknown (made by a factory from a class
+        named by a string: stylegan2-ada's ``construct_class_by_name``) but only one class of the project
+        defines a public method of that name (an abstract one a base class declares aside) (``PairLoss.accumulate_gradients``, whose backward the loop
+        runs): that method's effects; else ()."""
+        if method.startswith("_"):
+            return ()
+        if not self._method_owners:
+            self._method_owners[""] = []  # computed
+            for rel, info in self.modules.items():
+                for key in info.calls:
+                    if key.count(".") == 1 and key not in info.abstract:
+                        self._method_owners.setdefault(key.split(".")[1], []).append((rel, key))
+        owners = self._method_owners.get(method, [])
+        if len(owners) != 1:
+            return ()
+        rel, key = owners[0]
+        return self.modules[rel].step_helpers.get(key, ())
+
+    def torch_module_class(self, rel: str, class_name: str) -> bool:
+        """The class ``class_name`` (as ``rel`` spells it) is a project class whose bases reach a torch module
+        through the project's own classes (``class BaseVAE(nn.Module)`` in models/base.py)."""
+        return torch_module_class(self, rel, class_name)
 
     def view(self, path: str) -> ProjectFile | None:
         rel = self.relative(path)
@@ -311,6 +367,9 @@ class ProjectFile:
     def per_step(self, qualified: str) -> str | None:
         return self.index.per_step(self.rel, qualified)
 
+    def torch_module_class(self, class_name: str) -> bool:
+        return self.index.torch_module_class(self.rel, class_name)
+
     def random_slice(self, qualified: str) -> tuple[str, int, str] | None:
         return self.index.random_slice(self.rel, qualified)
 
@@ -318,7 +377,7 @@ class ProjectFile:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
         found = self.index.instance_class(self.rel, name)
         if found is None:
-            return ()
+            return self.index.sole_method_effects(method)
         defined, class_name = found
         return self.index.modules[defined].step_helpers.get(f"{class_name}.{method}", ())
 
@@ -382,6 +441,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     reads: dict[str, tuple[int, str]] = {}
     ties: dict[str, tuple[tuple[str, str], ...]] = {}
     calls_of: dict[str, tuple[tuple[str, str], ...]] = {}
+    bases: dict[str, tuple[str, ...]] = {}
+    abstract: list[str] = []
     aliases = torch_aliases(tree)
     for statement in tree.body:
         _imports_of(statement, package, imports)
@@ -398,12 +459,15 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                 saves.append(statement.name)
         elif isinstance(statement, ast.ClassDef):
             classes.append(statement.name)
+            bases[statement.name] = tuple(filter(None, (_dotted(base) for base in statement.bases)))
             tied = _ties(statement)
             if tied:
                 ties[statement.name] = tied
             for item in statement.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     calls_of[f"{statement.name}.{item.name}"] = own_calls(item)
+                    if _abstract(item):
+                        abstract.append(f"{statement.name}.{item.name}")
                     calls = _calls_in(item)
                     effects = _effects(calls)
                     if effects:
@@ -450,7 +514,8 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
                       ties=ties, loop_models=loop_model_calls(tree), calls=calls_of,
-                      random_slices=random_slice_helpers(tree))
+                      random_slices=random_slice_helpers(tree), bases=bases,
+                      abstract=tuple(abstract))
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:
@@ -475,6 +540,17 @@ def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str,
             local = alias.asname or alias.name
             # ``from pkg import module`` binds a module; ``from module import helper`` a name in it.
             imports.setdefault(local, (base, alias.name))
+
+
+def _abstract(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """The body only declares the method: a docstring, ``pass``, ``...``, ``raise NotImplementedError``."""
+    for statement in function.body:
+        if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):
+            continue
+        if isinstance(statement, ast.Raise) and statement.exc is not None and "NotImplementedError" in ast.unparse(statement.exc):
+            continue
+        return False
+    return True
 
 
 def _is_main_guard(test: ast.expr) -> bool:

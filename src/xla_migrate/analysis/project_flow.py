@@ -171,6 +171,31 @@ def per_step_functions(index: ProjectIndex) -> dict[tuple[str, str], str]:
     return found
 
 
+# Bases that make a class a torch module when spelled so (the step model's not_steps.py has the same list for
+# the classes of the file it analyses).
+_TORCH_MODULE_SPELLINGS = ("nn.Module", "torch.nn.Module", "Module", "nn.Sequential", "nn.ModuleList",
+                           "LightningModule", "pl.LightningModule")
+
+
+def torch_module_class(index: ProjectIndex, rel: str, class_name: str) -> bool:
+    """``class_name`` (as ``rel`` spells it) is a class of the project whose bases reach a torch module,
+    following the bases through the project's modules (``Ladder(BaseModel)``, ``BaseModel(nn.Module)``)."""
+    seen: set[tuple[str, str]] = set()
+    todo = [(rel, class_name)]
+    while todo:
+        where, name = todo.pop()
+        defined = index._class_file(where, name)
+        if defined is None or defined in seen:
+            continue
+        seen.add(defined)
+        for base in index.modules[defined[0]].bases.get(defined[1], ()):
+            if (base in _TORCH_MODULE_SPELLINGS or base.startswith("torch.nn.")
+                    or base.endswith("PreTrainedModel")):
+                return True
+            todo.append((defined[0], base))
+    return False
+
+
 _RANDOM = ("random.", "np.random.", "numpy.random.")
 
 

@@ -405,7 +405,7 @@ def _project_summary(outcomes, settings, index, index_seconds, sources):
         setup = [f"{rel}:{line} {what}" for _, rel, line, what in sorted(found)]
         if setup:
             shown = ", ".join(setup[:3]) + (f" and {len(setup) - 3} more" if len(setup) > 3 else "")
-            distributed = Decision(True, f"detected: {shown}; applied to the modules that import each other")
+            distributed = Decision(True, f"detected: {shown}; applied to the programs that have it: an entry file and the modules it imports")
         else:
             distributed = Decision(False, "detected: no distributed setup in the project")
     decisions["distributed"] = distributed

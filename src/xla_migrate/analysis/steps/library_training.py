@@ -1,6 +1,11 @@
-"""Training that a library's loop runs (issue 30): ``transformers.Trainer(...).train()``, trl's ``SFTTrainer``,
+"""Training that a library runs (issue 30): ``transformers.Trainer(...).train()``, trl's ``SFTTrainer``,
 Lightning's ``Trainer(...).fit(model)``. The script has no ``.backward()`` and no loop of its own, yet it
-trains: XLA903 drops ``torch.compile`` from it like from any training script."""
+trains: XLA903 drops ``torch.compile`` from it like from any training script.
+
+Also the updates Lightning Fabric owns (issue 29): a loop whose backward is ``fabric.backward(loss)`` steps
+optimizers that ``fabric.setup(...)`` wrapped; Fabric's strategy (XLAStrategy on XLA, XLA908 says which)
+reduces the gradients and runs the step, so XLA204 leaves ``optimizer.step()`` as it is and XLA302 adds no
+barrier after it."""
 
 from __future__ import annotations
 
@@ -65,4 +70,36 @@ def _local_trainers(ctx: MigrationContext) -> dict[str, str]:
             if method is not None:
                 found[cls.name.value] = method  # type: ignore[attr-defined]
                 break
+    return found
+
+
+# Lightning Fabric's class, as libcst resolves it (``import lightning as L`` ... ``L.Fabric(...)``).
+FABRIC_CLASSES = ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric",
+                  "lightning.fabric.fabric.Fabric", "lightning_fabric.fabric.Fabric")
+
+
+def fabric_backward(ctx: MigrationContext, node: cst.CSTNode) -> bool:
+    """``fabric.backward(loss)``: the backward of an object of Lightning's ``Fabric`` (a name bound to
+    ``L.Fabric(...)`` in the module, or a name or attribute called ``fabric``, as a parameter holds it)."""
+    method = patterns.method_call(node, "backward") if isinstance(node, cst.Call) else None
+    if method is None or not patterns.positional(node):  # type: ignore[arg-type]
+        return False
+    receiver = patterns.dotted_name(method.value)
+    if receiver is None:
+        return False
+    return receiver.rsplit(".", 1)[-1] == "fabric" or receiver in _fabric_names(ctx)
+
+
+def _fabric_names(ctx: MigrationContext) -> frozenset[str]:
+    return ctx.once(_fabric_names, lambda: frozenset(_bound_to_fabric(ctx)))  # type: ignore[return-value]
+
+
+def _bound_to_fabric(ctx: MigrationContext) -> set[str]:
+    found: set[str] = set()
+    for assign in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Assign) and isinstance(n.value, cst.Call)):
+        if ctx.qualnames(assign.value.func) & set(FABRIC_CLASSES):  # type: ignore[attr-defined]
+            for target in assign.targets:  # type: ignore[attr-defined]
+                name = patterns.dotted_name(target.target)
+                if name is not None:
+                    found.add(name)
     return found

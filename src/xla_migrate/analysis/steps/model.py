@@ -17,6 +17,7 @@ from . import host_batch, not_steps
 from .collect import _Collector, _receiver, is_model_call
 from .epoch_reads import RepeatedRead, repeated_reads
 from .host_reads import _HostReadPlan
+from .library_training import fabric_backward
 from .kinds import (_ACCUMULATION_NAME, _LOADER_NAME, _TENSOR_CALLEES, BACKWARD, BARRIER, CALL, FORWARD, PASS_THROUGH,
                     READ, STEP, BarrierSite, Batches, Event, Function, Loop, Region, StepLoop)
 from .reads import is_read_call, mentions, reads
@@ -403,12 +404,24 @@ class StepModel(CallPaths, GradientReductions):
         return self._final_sites.get(step.loop, step.barrier_site)
 
     def needs_barrier(self, step: StepLoop) -> bool:
-        if self.ctx.facts.uses_accelerate or step.has_barrier or step.barrier_site is None:
+        if (self.ctx.facts.uses_accelerate or step.has_barrier or step.barrier_site is None
+                or self.fabric_owned(step)):
             return False
         if not self.iterates_device_loader(step):
             return True
         site = self.end_of_step(step)
         return site is not None and site.before_read
+
+    def fabric_owned(self, step: StepLoop) -> bool:
+        """Lightning Fabric runs this step's updates: its backward is ``fabric.backward(loss)``
+        (library_training.py); Fabric's strategy reduces and steps."""
+        return any(e.kind == BACKWARD and fabric_backward(self.ctx, e.node) for e in step.events)
+
+    def fabric_update(self, node: cst.CSTNode) -> bool:
+        """``node`` is an update of a step Lightning Fabric owns (``optimizer.step()`` after
+        ``fabric.backward(loss)``): XLA204 leaves it as it is."""
+        return any(self.fabric_owned(step) and any(e.kind == STEP and e.node is node for e in step.events)
+                   for step in self.loops.values() if step.kind == "train")
 
     def after_step_end(self, node: cst.CSTNode, region: Region) -> bool:
         """``node`` runs after the step's graph ran: after a barrier in the same block of the loop body, or

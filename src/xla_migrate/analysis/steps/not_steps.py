@@ -34,7 +34,9 @@ _MODULE_SPELLINGS = ("nn.Module", "torch.nn.Module", "Module", "nn.Sequential", 
 
 def module_classes(ctx: MigrationContext, classes: dict[str, cst.ClassDef]) -> set[str]:
     """The names of this module's classes that are torch modules: a base that is ``nn.Module`` (or another
-    ``torch.nn`` module class, a Hugging Face ``PreTrainedModel``), or a class of this module that is one."""
+    ``torch.nn`` module class, a Hugging Face ``PreTrainedModel``), a class of this module that is one, or a
+    project class imported from another module that is one (``class BaseVAE(nn.Module)`` in models/base.py)."""
+    project = ctx.project
     found: set[str] = set()
     changed = True
     while changed:
@@ -47,7 +49,8 @@ def module_classes(ctx: MigrationContext, classes: dict[str, cst.ClassDef]) -> s
                 qualified = ctx.qualnames(base.value)
                 if (qualified & set(MODULE_BASES) or any(q.startswith("torch.nn.") for q in qualified)
                         or spelled in _MODULE_SPELLINGS or spelled.rsplit(".", 1)[-1] in found
-                        or spelled.endswith("PreTrainedModel")):
+                        or spelled.endswith("PreTrainedModel")
+                        or (spelled and project is not None and project.torch_module_class(spelled))):
                     found.add(name)
                     changed = True
                     break

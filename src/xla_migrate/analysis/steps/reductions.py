@@ -45,9 +45,10 @@ class GradientReductions:
         return tuple(self.ctx.position(n) for n in (*event.path, event.node))
 
     def explicitly_reduced_step(self, node: cst.Call) -> bool:
-        """This step follows an explicit all_reduce of the gradients: it must not reduce them again (XLA204
-        and XLA202 step with ``opt.step()``, not ``xm.optimizer_step(opt)``)."""
-        return any(node in decision.steps for decision in self.reductions)
+        """This step follows an explicit all_reduce of the gradients, or Lightning Fabric's strategy reduces
+        them (a step after ``fabric.backward(loss)``): it must not reduce them again (XLA204 and XLA202 step
+        with ``opt.step()``, not ``xm.optimizer_step(opt)``)."""
+        return any(node in decision.steps for decision in self.reductions) or self.fabric_update(node)  # type: ignore[attr-defined]
 
 
 def step_optimizer(ctx: MigrationContext, node: cst.Call) -> str | None:
