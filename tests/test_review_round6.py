@@ -25,9 +25,6 @@ def _calls(code: str, *names: str) -> list[int]:
 # Severity C (a crash the original did not have) ---------------------------------------------------------------
 
 
-@known_defect(29, "a script already on torch_xla 1.x calls xm.get_ordinal / xm.xrt_world_size, which torch_xla 2.7+ "
-                  "removed: XLA904 names the replacements but the 2.9 output keeps them (AttributeError at start; "
-                  "vit_10b_fsdp_example run_vit_training.py:31-32, 206)")
 def test_removed_xm_names_are_rewritten_on_2_9(migrated):
     run = migrated("29-removed-xm-api-in-xla-script-left", "2.9")
     code = run.code["train_fsdp.py"]

@@ -6,14 +6,17 @@ What it does:
     where the two disagree, once per script, at the first such call: with ``--target sagemaker`` (the
     torch_xla 1.13 generation) a script calling ``xr.world_size()``, ``torch_xla.device()``,
     ``torch_xla.sync()`` or ``torch_xla.launch()`` keeps them and needs the newer torch_xla they came with;
-    with ``--target 2.9`` a script calling ``xm.xrt_world_size()``, ``xm.get_ordinal()`` (removed in 2.7) or
-    ``torch_xla.amp.GradScaler`` (removed in 2.9) fails there and needs the replacement named in the fix.
-    Nothing is rewritten.
+    with ``--target 2.9`` a script calling ``xm.xrt_world_size()`` or ``xm.get_ordinal()`` (removed in 2.7)
+    gets their one-to-one replacements (``xr.world_size()``, ``xr.global_ordinal()``: the script could not
+    start without them), and one calling ``torch_xla.amp.GradScaler`` (removed in 2.9), which has no
+    one-to-one replacement, needs the one named in the fix. Nothing else is rewritten.
 
 Why:
     Rewriting working XLA code is how a migration tool damages scripts (a second device loader, a
     torch_xla 2.x call turned back into one removed in 2.7). The target decides what the tool writes, not
     which torch_xla the user's own XLA code may call; the report should still say which releases it needs.
+    The exception is a call the target's torch_xla no longer has at all and whose replacement means the same
+    (a rename in torch_xla's runtime API): leaving it would leave a script that cannot start.
 
 Example:
     sampler = DistributedSampler(ds, num_replicas=xr.world_size(), rank=xr.global_ordinal())
@@ -28,6 +31,8 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.engine.rule import Rule
+from xla_migrate.syntax import patterns
+from xla_migrate.transforms.common import imported_from
 from xla_migrate.engine.targets import api_releases, format_version
 
 API_RELEASES = api_releases()
@@ -37,8 +42,7 @@ class XlaApiOutsideTarget(Rule):
     code = "XLA904"
     name = "xla-api-outside-target"
     summary = "torch_xla APIs the script already calls that the target's torch_xla generation lacks are reported"
-    on_xla_code = True  # it only reports
-    reports_only = True
+    on_xla_code = True  # it reports, and renames what the target's torch_xla removed
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -48,8 +52,27 @@ class XlaApiOutsideTarget(Rule):
         generation = self.ctx.target.generation
         for name in self.ctx.qualnames(node.func) & API_RELEASES.keys():
             concept, spelling = API_RELEASES[name]
-            if not (spelling.since <= generation and (spelling.removed_in is None or generation < spelling.removed_in)):
-                self._outside.append((node, name, concept))
+            if spelling.since <= generation and (spelling.removed_in is None or generation < spelling.removed_in):
+                continue
+            if self._renamed(node, name, concept):
+                continue
+            self._outside.append((node, name, concept))
+
+    def _renamed(self, node: cst.Call, name: str, concept: str) -> bool:
+        """A call without arguments of an API the target removed (``xm.get_ordinal()``) becomes the target's own
+        spelling of the same concept (``xr.global_ordinal()``), when the target spells it as a call without
+        arguments too; a target that upgrades XLA code (torchtpu) has its own rules for it."""
+        target = self.ctx.target
+        removed_in = API_RELEASES[name][1].removed_in
+        if (node.args or target.upgrades_xla_code or removed_in is None or target.generation < removed_in
+                or concept not in target.spellings or not target.spelling(concept).template.endswith("()")):
+            return False
+        spelled = self.ctx.spell_expression(concept)
+        self.replace(node, spelled, f"{_short(name)}() -> {patterns.code_of(spelled)} ({_short(name)} was removed in "
+                                    f"torch_xla {format_version(removed_in)}: the same value under its runtime name)")
+        for dead in imported_from(self.ctx, node.func, name):
+            self.import_may_be_dead(*dead)
+        return True
 
     def leave_Module(self, original_node: cst.Module) -> None:
         if not self._outside:
