@@ -3,7 +3,8 @@
 - ``cuda_constructs(code)``: the CUDA constructs in ``code``: ``.cuda`` / ``.cudnn`` attributes and bare ``cuda``
   / ``cudnn`` names (``torch.cuda.x``, ``x.cuda()``, ``import torch.backends.cudnn``), ``.pin_memory()`` calls,
   names that resolve into ``torch.cuda`` (``autocast`` imported from ``torch.cuda.amp``), and device or backend
-  strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"nccl"``).
+  strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"nccl"``); not inside annotations (a type hint runs
+  no CUDA work).
 - ``input_lines_for(source, output)``: output lines mapped back to input lines with difflib: an unchanged line
   maps to itself; a changed line to the input lines of its changed block; an inserted line to nothing.
 - ``uncovered_in(result)``: the CUDA constructs left in an output without a finding on the input line they
@@ -58,6 +59,10 @@ class _Scanner(cst.CSTVisitor):
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
         if any(n.startswith("torch.cuda.") for n in names):
             self._add(node, node.value)
+
+    def visit_Annotation(self, node: cst.Annotation) -> bool:
+        # A type hint (`scaler: amp.GradScaler`) names a type: it runs no CUDA work, and needs no finding.
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         # x.pin_memory(): pinned host memory needs CUDA.

@@ -6,7 +6,8 @@ finding on the input line it came from. The output is scanned independently of X
 benchmarks/output_checks.py, shared with benchmarks/corpus.py): ``.cuda`` /
 ``.cudnn`` attributes and bare ``cuda`` / ``cudnn`` names (``torch.cuda.x``, ``x.cuda()``, ``import
 torch.backends.cudnn``), ``.pin_memory()`` calls, names that resolve into ``torch.cuda`` (``autocast`` imported from
-``torch.cuda.amp``), and device or backend strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"nccl"``).
+``torch.cuda.amp``), and device or backend strings (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``, ``"nccl"``);
+none inside a type annotation (it runs no CUDA work).
 
 Output lines are mapped back to input lines with difflib: an unchanged line maps to itself; a changed line to
 the input lines of its changed block that hold the same construct text; a construct on a line the migration

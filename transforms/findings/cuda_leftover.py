@@ -173,8 +173,11 @@ class CudaLeftover(Rule):
             return
         value = patterns.string_value(node)
         if patterns.is_cuda_string(node) and self.ctx.device_flow.selects(node):
-            return  # `impl="cuda"`, checked by `impl in ["ref", "cuda"]`: an implementation's name, not a device
-        if patterns.is_cuda_string(node):
+            # `impl="cuda"`, checked by `impl in ["ref", "cuda"]`: an implementation's name, not a device. Kept,
+            # and said: on XLA tensors the CUDA implementation is never chosen, the other one runs.
+            fix = ("nothing, unless that kernel's speed matters: the string names an implementation, not a device, "
+                   "and on XLA tensors the CUDA implementation's dispatch test is False, so the other one runs")
+        elif patterns.is_cuda_string(node):
             fix = f"use the XLA device ({self._spelled('device')}) or, for a device type, \"xla\""
         elif value in BACKENDS:
             fix = "XLA collectives use the \"xla\" backend (init_method=\"xla://\") or xm collectives"
