@@ -346,6 +346,18 @@ def test_code_already_on_xla_is_left_alone(path, target):
     matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
     touched = [line for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal" for line in before[i1:i2]]
     added = [line for tag, _, _, j1, j2 in matcher.get_opcodes() if tag in ("insert", "replace") for line in after[j1:j2]]
+    # XLA904 renames what the target's torch_xla removed (xm.get_ordinal() and xm.xrt_world_size(), gone in 2.7):
+    # such a line is the same line once the renames are undone.
+    renames = {"xr.global_ordinal()": "xm.get_ordinal()", "xr.world_size()": "xm.xrt_world_size()"}
+
+    def undone(line: str) -> str:
+        for new, old in renames.items():
+            line = line.replace(new, old)
+        return line
+
+    if target == "2.9":
+        touched = [line for line in touched if not any(old in line for old in renames.values())]
+        added = [line for line in added if undone(line) == line or undone(line) not in before]
     assert [line for line in touched if "cud" not in line.lower() and line.strip()] == []  # cuda, cudnn
     if path.stem.startswith("xla_hybrid_"):
         assert not result.changed, result.diff
