@@ -41,7 +41,8 @@ API_RELEASES = api_releases()
 class XlaApiOutsideTarget(Rule):
     code = "XLA904"
     name = "xla-api-outside-target"
-    summary = "torch_xla APIs the script already calls that the target's torch_xla generation lacks are reported"
+    summary = ("torch_xla APIs the script already calls that the target's torch_xla generation lacks are reported; "
+               "on 2.9, xm.get_ordinal()/xm.xrt_world_size() become their xr names")
     on_xla_code = True  # it reports, and renames what the target's torch_xla removed
 
     def __init__(self, ctx) -> None:
