@@ -82,6 +82,24 @@ def cases(folders: list[str] | None = None) -> list[Case]:
     return found
 
 
+def cases_on_disk() -> list[Case]:
+    """The cases as the expected files on disk name them, without migrating anything: what the test modules
+    parametrize over at collection (every xdist worker collects the whole suite, and ``cases()`` migrates
+    each input to learn its forms). test_goldens checks that this list is ``cases()``."""
+    from xla_migrate.engine.targets import TARGETS
+
+    found = []
+    for folder in golden_folders():
+        for source in sorted(folder.glob("*.in.py")):
+            name = source.name[: -len(".in.py")]
+            for target in _targets_of(folder.name, list(TARGETS)):
+                found.append(Case(folder.name, name, target))
+                prefix = f"{name}.out-{target}-"
+                found.extend(Case(folder.name, name, target, path.name[len(prefix):-len(".py")])
+                             for path in sorted(folder.glob(f"{prefix}*.py")))
+    return found
+
+
 def _named_forms(folder: str, target: str) -> list[str]:
     """Forms a rule asks its own cases to be migrated in too (``golden_forms``: the spmd form's rules), where
     the target has them."""

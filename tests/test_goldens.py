@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
-from goldens import cases, run_case
+from goldens import cases, cases_on_disk, run_case
 
 from xla_migrate import migrate
 
-CASES = cases()
+# Named by the expected files on disk (collection migrates nothing); the first test checks they are the cases.
+CASES = cases_on_disk()
+
+
+def test_the_expected_files_on_disk_are_every_case():
+    wanted, on_disk = {case.id for case in cases()}, {case.id for case in CASES}
+    assert wanted - on_disk == set(), "missing expected outputs: run python tests/goldens.py"
+    assert on_disk - wanted == set(), "expected outputs no case writes: run python tests/goldens.py"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

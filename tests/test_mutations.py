@@ -9,12 +9,12 @@ import re
 import tokenize
 
 import pytest
-from goldens import cases
+from goldens import cases_on_disk
 
 from xla_migrate import migrate
 
 # One target per input keeps the run short; the goldens cover both targets.
-CASES = [c for c in cases() if c.target == "2.9"]
+CASES = [c for c in cases_on_disk() if c.target == "2.9"]
 
 
 def crlf(text: str) -> str:
