@@ -208,6 +208,23 @@ def test_xla107_reports_a_move_of_a_model_received_with_its_optimizer():
     assert [(f.line, "receives with its optimizer" in f.message) for f in result.findings] == [(6, True)]
 
 
+def test_xla107_moves_each_caller_s_model_before_its_optimizer_or_reports():
+    # Every caller in this module builds the optimizer from the model it passes: each model moves first, and
+    # the move in the function stays (a no-op). One caller passing something else: nothing moves, it is reported.
+    function = ("import torch\n\n\ndef fit(model, optimizer):\n    model.to(torch.device('cuda'))\n"
+                "    optimizer.step()\n\n\n")
+    callers = "model = torch.nn.Linear(2, 2)\noptimizer = torch.optim.SGD(model.parameters(), 0.1)\n"
+    result = migrate(function + callers + "fit(model, optimizer)\n", target="2.9", select=["XLA107"])
+    assert result.findings == []
+    assert "model.to(device)\noptimizer = torch.optim.SGD" in result.code
+    again = migrate(result.code, target="2.9", select=["XLA107"])
+    assert again.code == result.code and again.findings == []
+    for call in ("fit(model, optimizer)\nfit(models[0], optimizer)\n",
+                 "fit(model, torch.optim.SGD(model.parameters(), 0.1))\n"):
+        result = migrate(function + callers + call, target="2.9", select=["XLA107"])
+        assert [f.line for f in result.findings] == [5] and result.changes == []
+
+
 def test_xla107_only_reports_in_code_already_on_xla():
     # Code that already runs on torch_xla is never rewritten (the corpus bar: 0 such files changed): the
     # re-tie of a Hugging Face model and the move above an optimizer become findings with their fix.

@@ -15,10 +15,12 @@ What it does:
     model's optimizer (``model.head.cuda()``) is reported: the submodule may not exist above it.
     A model read out of a checkpoint together with its pickled optimizer (``model = checkpoint["model"]``,
     ``optimizer = checkpoint["optimizer"]``) and then moved is reported: no statement can go before the
-    unpickling. So is a move inside a function that receives the model with its optimizer (``def
-    train(model, optimizer): model.to(device)``): the caller built that optimizer first. In code that already
-    runs on torch_xla it only reports (the move and the re-tie below), as every rule does
-    there.
+    unpickling. A move inside a function that receives the model with its optimizer (``def
+    train(model, optimizer): model.to(device)``) means the caller built that optimizer first: where every
+    caller is in the same module (no other module of the project imports it) and builds the optimizer it
+    passes from the model it passes (``optimizer = torch.optim.X(model.parameters())`` in its own scope),
+    each caller's model moves just before its optimizer; otherwise the move is reported. In code that already
+    runs on torch_xla it only reports (the move and the re-tie below), as every rule does there.
 
 Why:
     On CUDA, ``Module.to`` keeps the parameter objects (it swaps their storage), so an optimizer built
@@ -109,9 +111,13 @@ class OptimizerBeforeDeviceMove(Rule):
         self._made: dict[tuple[object, str], cst.Call] = {}
         self._local_ties = ties.class_ties(ctx.module)
         self._moved_before: set[tuple[object, str]] = set()  # (scope, model) moved above its optimizer
+        self._moved_before_callers: set[tuple[object, str, int]] = set()  # (scope, model, optimizer's line)
         # Per scope: names bound to an object read out of a loaded checkpoint (``optimizer =
         # checkpoint["optimizer"]``, ``model = ckpt["model"]``): name -> its line.
         self._unpickled: dict[object, dict[str, int]] = {}
+        # Calls by a plain name (``train_and_test(model, ..., optimizer)``), for the callers of a function that
+        # moves the model it receives with its optimizer.
+        self._calls: dict[str, list[cst.Call]] = {}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1 or not _keyed_by_string(node.value):
@@ -124,6 +130,8 @@ class OptimizerBeforeDeviceMove(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         self._note_parameter_list(node)
+        if isinstance(node.func, cst.Name):
+            self._calls.setdefault(node.func.value, []).append(node)
         if self._is_optimizer(node):
             for model in self._models_in(node):
                 self._optimizers.setdefault(self.ctx.function_scope(node), []).append(
@@ -328,8 +336,9 @@ class OptimizerBeforeDeviceMove(Rule):
     def _report_optimizer_argument(self, scope: object, move: _Site) -> None:
         """``def train_and_test(model, ..., optimizer, ...): model.to(device)``: the model and its optimizer
         come in as arguments, so the caller built the optimizer before this move (atcold_seq's notebook: on
-        XLA it stepped CPU parameters that never got a gradient). The caller's device may not exist yet, so
-        it is reported."""
+        XLA it stepped CPU parameters that never got a gradient). Where every caller is in this module and
+        builds that optimizer from that model in its own scope, the model moves before each of them (the move
+        in the function is then a no-op); otherwise it is reported."""
         function = getattr(scope, "node", None)
         if not isinstance(function, cst.FunctionDef) or self._optimizers.get(scope):
             return
@@ -338,14 +347,90 @@ class OptimizerBeforeDeviceMove(Rule):
         if move.model not in names:
             return
         optimizers = [name for name in names if is_optimizer_name(name)]
-        if optimizers:
-            self.finding(
-                move.node,
-                f"`{short(move.node)}` moves a model that `{function.name.value}` receives with its optimizer "
-                f"`{optimizers[0]}`: the caller built the optimizer before this move, so on XLA it keeps the old "
-                "CPU parameters and the model does not train",
-                f"move the model to the device where it is made, before its optimizer is built (and keep this "
-                f"move as a no-op)")
+        if not optimizers or self._move_before_callers_optimizers(function, names, move.model, optimizers[0]):
+            return
+        self.finding(
+            move.node,
+            f"`{short(move.node)}` moves a model that `{function.name.value}` receives with its optimizer "
+            f"`{optimizers[0]}`: the caller built the optimizer before this move, so on XLA it keeps the old "
+            "CPU parameters and the model does not train",
+            f"move the model to the device where it is made, before its optimizer is built (and keep this "
+            f"move as a no-op)")
+
+    def _move_before_callers_optimizers(self, function: cst.FunctionDef, names: list[str], model: str,
+                                        optimizer: str) -> bool:
+        """Each caller's ``optimizer = torch.optim.X(m.parameters())`` gets ``m.to(device)`` above it. Only
+        for a module-level function called here and nowhere else in the project (an importer's callers are
+        not in this file), each call passing plain names, each optimizer built by an assignment to that name
+        in the caller's scope before the call; else nothing is edited."""
+        project = self.ctx.project
+        calls = self._calls.get(function.name.value, [])
+        if (not calls or not isinstance(self.ctx.parent(function), cst.Module)
+                or (project is not None and project.index.importers(project.rel))):
+            return False
+        sites = []
+        for call in calls:
+            passed = [self._argument(call, name, names.index(name)) for name in (model, optimizer)]
+            if not all(isinstance(value, cst.Name) for value in passed):
+                return False
+            site = self._optimizer_assigned(call, passed[0].value, passed[1].value)  # type: ignore[union-attr]
+            if site is None:
+                return False
+            sites.append(site)
+        moving = [(site, statement) for site, statement in sites if not self._moved_above(site)]
+        if moving and self.ctx.facts.runs_on_xla:
+            return False  # code already on XLA is reported, never rewritten
+        for site, statement in moving:
+            self._moved_before_callers.add((self.ctx.function_scope(site.node), site.model, site.line))
+            device = self.ctx.device_reference(site.node, self.code)
+            self.insert_before(statement, [self.ctx.statement(f"{site.model}.to({device})")],
+                               f"{site.model}.to({device}) before the optimizer of line {site.line}: "
+                               f"`{function.name.value}` moves the model it receives with this optimizer, and on "
+                               "XLA that move makes new parameter objects, so the optimizer would keep the old "
+                               "CPU ones and the model would not train (the move in the function is then a no-op)")
+        return True
+
+    def _moved_above(self, site: _Site) -> bool:
+        """The model moves between its binding and this optimizer already (the output of an earlier run), or
+        another call's edit moves it there."""
+        scope = self.ctx.function_scope(site.node)
+        made = self._made_line(scope, site)
+        return (scope, site.model, site.line) in self._moved_before_callers or any(
+            _related(site.model, m.model) and made <= m.line < site.line for m in self._moves.get(scope, []))
+
+    @staticmethod
+    def _argument(call: cst.Call, name: str, index: int) -> cst.BaseExpression | None:
+        keyword = patterns.keyword(call, name)
+        if keyword is not None:
+            return keyword.value
+        args = patterns.positional(call)
+        if any(arg.star for arg in call.args):
+            return None
+        return args[index].value if index < len(args) else None
+
+    def _optimizer_assigned(self, call: cst.Call, model: str, optimizer: str) -> tuple[_Site, cst.CSTNode] | None:
+        """The last optimizer built from ``model`` in the call's scope before it, bound by ``optimizer = ...``."""
+        scope, line = self.ctx.function_scope(call), self.ctx.position(call)[0]
+        built = [o for o in self._optimizers.get(scope, []) if o.model == model and o.line < line]
+        if not built:
+            return None
+        site = built[-1]
+        statement = self.ctx.enclosing_statement(site.read_at or site.node)
+        assign = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and \
+            len(statement.body) == 1 else None
+        if not (isinstance(assign, cst.Assign) and assign.value is site.node and len(assign.targets) == 1
+                and patterns.dotted_name(assign.targets[0].target) == optimizer):
+            return None
+        return site, statement
+
+    def _made_line(self, scope: object, site: _Site) -> int:
+        """The line the model was last bound on before its optimizer (0 when unknown): a move above that
+        binding moved an earlier object of the same name."""
+        assignments = getattr(scope, "assignments", None)
+        if assignments is None or "." in site.model:
+            return 0
+        lines = [self.ctx.position(a.node)[0] for a in assignments[site.model]]
+        return max((line for line in lines if line <= site.line), default=0)
 
     def _note_parameter_list(self, node: cst.Call) -> None:
         """``model.parameters()`` in the value of ``name = ...``: ``name`` holds ``model``'s parameters.
