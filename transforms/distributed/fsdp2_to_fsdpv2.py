@@ -100,7 +100,8 @@ def _report_options(rule, call: cst.Call) -> None:
             continue
         why, fix = _WHY.get(arg.keyword.value, ("FSDPv2 has no such option", "apply it by hand to the FSDPv2 "
                                                 "wrap or the model"))
-        rule.finding(arg, f"{short(call)}: {short(arg, 60)} dropped in the FSDPv2 wrap: {why}", fix)
+        option = f"{arg.keyword.value}={short(arg.value, 50)}"
+        rule.finding(arg, f"{short(call)}: {option} dropped in the FSDPv2 wrap: {why}", fix)
 
 
 def _drop_option_bindings(rule, calls: list[cst.Call]) -> None:

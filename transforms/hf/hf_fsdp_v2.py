@@ -130,7 +130,8 @@ class HfFsdpV2(Rule):
         guard = self.ctx.facts.main_guard
         body = guard.body if guard is not None else None
         if not isinstance(body, cst.IndentedBlock):
-            where = guard if guard is not None else (self.ctx.module.body[0] if self.ctx.module.body else self.ctx.module)
+            module = self.ctx.module
+            where = guard if guard is not None else (module.body[0] if module.body else module)
             self.finding(where, "no __main__ block to turn SPMD on in (the Trainer's FSDPv2 needs it)",
                          "call xr.use_spmd() (torch_xla.runtime) first thing when the script runs")
             return
