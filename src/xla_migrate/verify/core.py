@@ -184,7 +184,13 @@ def assess(observation: Observation, script: str, args=(), *, python: str | None
 def _check_spmd(report: Report, observation: Observation, devices: int) -> None:
     """verify --devices N: the script must run as one SPMD program over the N devices it was given."""
     spanned = observation.spmd_devices
-    report.spmd = {"requested_devices": devices, "devices": spanned}
+    latest: dict[tuple[str, str], dict] = {}
+    for event in observation.events:
+        if event.get("event") == "optimizer" and event.get("sharding") is not None:
+            latest[(event["optimizer"], event.get("where", ""))] = event["sharding"]
+    parameters = {"sharded": sum(s["sharded"] for s in latest.values()),
+                  "replicated": sum(s["replicated"] for s in latest.values())} if latest else None
+    report.spmd = {"requested_devices": devices, "devices": spanned, "parameters": parameters}
     if spanned == 0:
         report.problems.append(Problem("spmd", f"the script never turned SPMD on (xr.use_spmd()): one of the "
                                        f"{devices} devices did all the work; migrate with --data-parallel spmd"))

@@ -192,6 +192,11 @@ def render_text(report: Report) -> list[str]:
         lines.append(f"  spmd: given {report.spmd['requested_devices']} devices, the program spans "
                      + ("an unknown number" if spanned is None else "none (SPMD never on)" if spanned == 0
                         else str(spanned)))
+        parameters = report.spmd.get("parameters")
+        if parameters is not None:
+            lines.append(f"    trained parameter elements: {parameters['sharded']} split over the devices, "
+                         f"{parameters['replicated']} whole on every device (data parallel: all whole; FSDPv2: "
+                         "all split)")
     status = "timed out" if run["timed_out"] else f"exit {run['exit_status']}"
     if run["stopped_after_steps"]:
         status += f" (stopped after {run['stopped_after_steps']} steps, --steps)"
