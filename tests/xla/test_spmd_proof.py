@@ -1,11 +1,12 @@
 """Proof tier, the spmd form (issue 31; DESIGN.md section 9): torchrun scripts migrated with ``--data-parallel
 spmd`` run as ONE program on 4 PJRT CPU devices (``CPU_NUM_DEVICES=4``), no launcher, and train like the
-original: a DDP script (fixtures/runnable/ddp_spmd.py) and an FSDP1 script (fsdp_spmd.py, whose wrap becomes
-FSDPv2, SpmdFullyShardedDataParallel).
+original: a DDP script (fixtures/runnable/ddp_spmd.py), an FSDP1 script (fsdp_spmd.py, whose wrap becomes
+FSDPv2, SpmdFullyShardedDataParallel) and an FSDP2 script (fsdp2_spmd.py: fully_shard per block and on the root,
+which become one FSDPv2 wrap of the root).
 
 The original runs with plain torch (gloo) at world size 1: its loader's batch of 32 rows is the whole global
-batch (torch FSDP needs an accelerator, so the FSDP script's CPU fallback trains the plain model: what FSDP
-computes). The SPMD program keeps that batch size and shards each batch over the 4 devices (8 rows each), so
+batch (torch FSDP1 needs an accelerator, so the FSDP1 script's CPU fallback trains the plain model: what FSDP
+computes; FSDP2's fully_shard runs on gloo at world size 1, so the FSDP2 script's original is sharded as written). The SPMD program keeps that batch size and shards each batch over the 4 devices (8 rows each), so
 both compute the same global step and their losses must agree (fp32, within 1e-4). torch_xla's metrics (read at
 every step marker by xla-migrate verify's loader) must show compilation stopping after warm-up and one graph
 execution per step; the test-only shim (tests/xla/sitecustomize.py, XLA_PROOF_SHARDING_FILE) records the
@@ -24,7 +25,8 @@ import xla_proof as xp
 
 pytestmark = pytest.mark.xla
 
-SCRIPTS = ["ddp_spmd", "fsdp_spmd"]
+SCRIPTS = ["ddp_spmd", "fsdp_spmd", "fsdp2_spmd"]
+FSDPV2 = {"fsdp_spmd", "fsdp2_spmd"}  # the scripts whose model becomes FSDPv2
 DEVICES = 4
 STEPS = 15  # 480 rows / 32 a batch (drop_last)
 TOLERANCE = 1e-4
@@ -58,7 +60,7 @@ def test_the_migration_is_one_spmd_program(name):
     code = result.code.split('"""', 2)[2]  # after the module docstring, which names DDP and FSDP
     assert result.data_parallel == "spmd"
     assert [f.message for f in result.findings] == []
-    for gone in ("DistributedDataParallel", "DDP(", "FSDP(", "torch.distributed.fsdp", "init_process_group",
+    for gone in ("DistributedDataParallel", "DDP(", "FSDP(", "fully_shard(", "torch.distributed.fsdp", "init_process_group",
                  "destroy_process_group", "torch_xla.launch", "_mp_fn", "xm.optimizer_step", "collective_broadcast"):
         assert gone not in code, gone
     main_block = code[code.index('if __name__ == "__main__":'):]
@@ -67,7 +69,7 @@ def test_the_migration_is_one_spmd_program(name):
     assert 'input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None))' in code
     assert "num_replicas=xr.process_count(), rank=xr.process_index()" in code
     assert "if xr.process_index() == 0:" in code
-    assert ("fsdpv2.SpmdFullyShardedDataParallel(model, mesh=" in code) == (name == "fsdp_spmd")
+    assert ("fsdpv2.SpmdFullyShardedDataParallel(model, mesh=" in code) == (name in FSDPV2)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -108,7 +110,7 @@ def test_the_batch_and_the_fsdpv2_parameters_are_sharded(name):
         # Split along dim 0 over the 4 devices (GSPMD's devices=[4,1]), not replicated.
         assert shape.startswith("[32,") and f"devices=[{DEVICES},1]" in spec and "replicated" not in spec, spec
     params = [row for row in rows if row[0] == "param"]
-    if name != "fsdp_spmd":
+    if name not in FSDPV2:
         assert params == []
         return
     assert len(params) == 4, rows  # two Linear layers: weights and biases

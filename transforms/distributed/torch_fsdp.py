@@ -17,7 +17,17 @@ What it does:
     derives or has no use for go (``device_id``, ``use_orig_params``, ``sync_module_states``,
     ``process_group``, ``limit_all_gathers``, ``forward_prefetch``, ``backward_prefetch``); a wrap with any
     other option (``auto_wrap_policy``, ``mixed_precision``, ``sharding_strategy``, ``cpu_offload``,
-    ``param_init_fn``...) is reported, not rewritten. FSDP2 ``fully_shard`` is reported.
+    ``param_init_fn``...) is reported, not rewritten.
+
+    FSDP2 ``fully_shard`` in the spmd form: the root call (the last one outside a loop, on a name or an
+    attribute: ``fully_shard(model)``) becomes ``model = fsdpv2.SpmdFullyShardedDataParallel(model, mesh=...)``
+    on the same mesh; the per-block calls (in a loop, or on a part of the root: ``fully_shard(model.layers[0])``)
+    go, with the loop that only made them: the root's FSDPv2 shards every parameter, and the compiler schedules
+    the all-gathers a block's wrap would. ``mesh`` and ``reshard_after_forward`` go (the mesh, the compiler
+    decide); any other option (``mp_policy=MixedPrecisionPolicy(...)``, ``offload_policy``,
+    ``ignored_params``...) goes too and is reported with its line: FSDPv2 has no equivalent (the model
+    computes in its parameters' dtype). A script whose calls do not fit that shape (no root, a call inside an
+    expression) is reported, not rewritten.
 
 Why:
     torch's FSDP shards parameters over a process group of CUDA (or CPU) devices: on an XLA device it
@@ -33,6 +43,15 @@ Example:
 Use instead:
     # --target 2.9 --data-parallel spmd:
     model = fsdpv2.SpmdFullyShardedDataParallel(model, mesh=xs.Mesh(np.arange(xr.global_runtime_device_count()), (xr.global_runtime_device_count(), 1), ("fsdp", "model")))
+
+Example (FSDP2):
+    for block in model.blocks:
+        fully_shard(block, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    fully_shard(model)
+
+Use instead:
+    # --target 2.9 --data-parallel spmd (mp_policy reported: FSDPv2 has no mixed-precision policy):
+    model = fsdpv2.SpmdFullyShardedDataParallel(model, mesh=xs.Mesh(np.arange(xr.global_runtime_device_count()), (xr.global_runtime_device_count(), 1), ("fsdp", "model")))
 """
 
 from __future__ import annotations
@@ -44,6 +63,7 @@ import libcst as cst
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
 from xla_migrate.transforms.common import imported_from, short
+from xla_migrate.transforms.distributed.fsdp2_to_fsdpv2 import fsdp2_to_fsdpv2
 
 _MODULES = ("torch.distributed.fsdp.", "torch.distributed._composable.fsdp.")
 _WRAPPERS = {"FullyShardedDataParallel": "FSDP1", "fully_shard": "FSDP2"}
@@ -64,11 +84,15 @@ def fsdp_call(names: frozenset[str] | set[str]) -> str | None:
 class TorchFsdp(Rule):
     code = "XLA415"
     name = "torch-fsdp"
-    summary = "torch FSDP (FullyShardedDataParallel, fully_shard) is reported: use --data-parallel spmd (FSDPv2)"
+    summary = "torch FSDP (FullyShardedDataParallel, fully_shard): FSDPv2 with --data-parallel spmd, else reported"
     fix_safety = "review"
     # tests/goldens.py: this rule's cases are also migrated in the spmd form.
     golden_forms: ClassVar[tuple[str, ...]] = ("spmd",)
     on_xla_code = True  # torch FSDP fails on XLA devices wherever it is left
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._fully_shards: list[tuple[cst.Call, frozenset[str]]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.ctx.qualnames(node.func)
@@ -77,11 +101,33 @@ class TorchFsdp(Rule):
             return
         if kind == "FSDP1" and self.ctx.spmd_form and self._to_fsdpv2(node, names):
             return
+        if kind == "FSDP2" and self.ctx.spmd_form:
+            self._fully_shards.append((node, names))  # converted together, per function, at the end
+            return
+        self._report(node, kind)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        groups: dict[cst.CSTNode | None, list[tuple[cst.Call, frozenset[str]]]] = {}
+        for call, names in self._fully_shards:
+            groups.setdefault(self._function_of(call), []).append((call, names))
+        for calls in groups.values():
+            if not fsdp2_to_fsdpv2(self, calls):
+                for call, _ in calls:
+                    self._report(call, "FSDP2")
+
+    def _function_of(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        current = self.ctx.parent(node)
+        while current is not None and not isinstance(current, cst.FunctionDef):
+            current = self.ctx.parent(current)
+        return current
+
+    def _report(self, node: cst.Call, kind: str) -> None:
         why = (f"{short(node)}: torch {kind} does not run on XLA devices (\"Device 'xla:0' does not have a "
                "corresponding backend registered as 'torch.xla'\")")
         if "use_spmd" in self.ctx.target.spellings:
             if self.ctx.spmd_form:
-                fix = ("not converted yet: wrap the model with SpmdFullyShardedDataParallel "
+                fix = ("not converted (the fully_shard calls are not per-block calls plus one root call on a "
+                       "model name or attribute): wrap the model with SpmdFullyShardedDataParallel "
                        "(torch_xla.experimental.spmd_fully_sharded_data_parallel) over a (\"fsdp\", \"model\") mesh "
                        "and shard the batch on \"fsdp\"")
             else:

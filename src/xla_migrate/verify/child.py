@@ -58,7 +58,7 @@ RANDOM_OPS = frozenset({
 _lock = threading.RLock()
 _local = threading.local()  # .reading: inside a read wrapper; .in_closure: inside step closures
 _state = {"markers": 0, "closure_reads": 0, "closure_transfers": 0, "sites": {}, "patched": set(),
-          "skip_dirs": [_HERE], "device": None, "stopping": False,
+          "skip_dirs": [_HERE], "device": None, "spmd_devices": None, "stopping": False,
           "ops": {}}
 
 
@@ -116,6 +116,16 @@ def _snapshot(event: str, **extra) -> dict:
     return record
 
 
+def _spmd_devices():
+    """The devices one SPMD program spans (0 when the script did not turn SPMD on): verify --devices."""
+    try:
+        import torch_xla.runtime as xr
+
+        return xr.global_runtime_device_count() if xr.is_spmd() else 0
+    except Exception:  # only informative: never break the user's run for it
+        return None
+
+
 def _device_type():
     try:
         import torch_xla
@@ -166,7 +176,9 @@ def _wrap_step_marker(step_marker):
             _state["markers"] += 1
             if _state["device"] is None:
                 _state["device"] = _device_type()
-            _write(_snapshot("marker", index=_state["markers"], device=_state["device"]))
+                _state["spmd_devices"] = _spmd_devices()
+            _write(_snapshot("marker", index=_state["markers"], device=_state["device"],
+                             spmd_devices=_state["spmd_devices"]))
         return result
 
     step_marker_observed.__wrapped__ = step_marker

@@ -200,8 +200,30 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
     if _state["optimizer_devices"].get(id(optimizer)) != devices:
         _state["optimizer_devices"][id(optimizer)] = devices
         _core._write({"event": "optimizer", "optimizer": type(optimizer).__name__, "step": count + 1,
-                "devices": devices, "where": _core._caller()})
+                "devices": devices, "where": _core._caller(), "sharding": _sharding(optimizer)})
     return None
+
+
+def _sharding(optimizer) -> dict | None:
+    """Under SPMD, the parameter elements an optimizer steps that are split over devices and those every device
+    holds whole (replicated, or no annotation): verify --devices. None when SPMD is off."""
+    try:
+        import torch_xla
+        import torch_xla.runtime as xr
+
+        if not xr.is_spmd():
+            return None
+        counts = {"sharded": 0, "replicated": 0}
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.device.type != "xla":
+                    continue
+                spec = torch_xla._XLAC._get_xla_sharding_spec(param)
+                split = spec.startswith("{devices=") and "last_tile_dim_replicate" not in spec
+                counts["sharded" if split else "replicated"] += param.numel()
+        return counts
+    except Exception:  # only informative: never break the user's run for it
+        return None
 
 
 def _wrap_gate(name: str, function):

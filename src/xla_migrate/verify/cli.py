@@ -47,6 +47,7 @@ def verify(
     device: str = typer.Option("cpu", "--device", metavar="cpu|auto", help="cpu: PJRT CPU, CUDA hidden (default); auto: the accelerator torch_xla finds (or PJRT_DEVICE)."),
     loss_regex: Optional[str] = typer.Option(None, "--loss-regex", metavar="RE", help="Where the loss is in the output: the regex's first group (default: the number after 'loss')."),
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="End each run after this long (a hang is reported as a crash)."),
+    devices: Optional[int] = typer.Option(None, "--devices", metavar="N", help="Run SCRIPT as one SPMD program on N PJRT CPU devices (CPU_NUM_DEVICES=N; a script migrated with --data-parallel spmd) and ORIGINAL as a world of one process (torchrun's variables for rank 0 of 1): losses, compilations and graph executions per step compared as usual; a script that does not span the N devices is a problem."),
     output_format: str = typer.Option("text", "--format", metavar="FORMAT", help="text or json (one object on stdout, schema docs/verify.schema.json)."),
 ) -> None:
     """Run a migrated script on torch_xla (PJRT CPU by default) and check it: does it run, compile once,
@@ -65,7 +66,7 @@ def verify(
         with verification.stop_on_signals():
             report = verification.verify(script, script_args or [], against=against, against_args=original_args,
                                          python=python, steps=steps, device=device, loss_regex=loss_regex,
-                                         timeout=timeout, deterministic=deterministic)
+                                         timeout=timeout, deterministic=deterministic, devices=devices)
     except verification.Interrupted as stop:
         raise typer.Exit(interrupted(stop)) from None
     except Exception as error:  # a bug in xla-migrate: one line, and the traceback on request

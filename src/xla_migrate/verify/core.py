@@ -34,7 +34,8 @@ from .report import (
 from .paths import Trees, import_paths
 from .run import (
     HOW_TO_GET_TORCH_XLA, Analysis, CannotRun, Interpreter, Interrupted, Observation, Process, find_python,
-    loader_source, observe, parse_debug, read_records, remove_stale_workdirs, run_plain, stop_on_signals,
+    loader_source, observe, one_process_world, parse_debug, read_records, remove_stale_workdirs, run_plain,
+    stop_on_signals,
 )
 
 __all__ = [
@@ -97,8 +98,9 @@ def _user_frame(frames: list[str], skip_dirs: list[str]) -> str | None:
 def assess(observation: Observation, script: str, args=(), *, python: str | None = None, device: str = "cpu",
            original: Process | None = None, original_required: bool = True, amp: bool | None = None,
            loss_regex: str = DEFAULT_LOSS_REGEX, steps: int | None = None, cwd: str | None = None,
-           deterministic: bool = False) -> Report:
-    """The figures of one run (and the original's loss curve), the problems found and the verdict."""
+           deterministic: bool = False, devices: int | None = None) -> Report:
+    """The figures of one run (and the original's loss curve), the problems found and the verdict.
+    ``devices``: the CPU devices the run was given for one SPMD program (verify --devices)."""
     cwd = cwd or os.getcwd()
     process = observation.process
     report = Report(str(script), list(args), python, device, torch_xla=observation.torch_xla,
@@ -159,6 +161,8 @@ def assess(observation: Observation, script: str, args=(), *, python: str | None
     report.replicas = replica_figures(observation.replicas)
 
     _find_run_problems(report, observation, window, recompiles, allowed, executions_late, outside_late)
+    if devices is not None:
+        _check_spmd(report, observation, devices)
     crashed = any(p.kind in ("crash", "timeout") for p in report.problems)
     off_xla = any(p.kind == "not-on-xla" for p in report.problems)
     events = observation.events + (original.events if original is not None else [])
@@ -175,6 +179,24 @@ def assess(observation: Observation, script: str, args=(), *, python: str | None
     else:
         report.problems += [Problem("losses", message) for message in outcome.problems]
     return report
+
+
+def _check_spmd(report: Report, observation: Observation, devices: int) -> None:
+    """verify --devices N: the script must run as one SPMD program over the N devices it was given."""
+    spanned = observation.spmd_devices
+    latest: dict[tuple[str, str], dict] = {}
+    for event in observation.events:
+        if event.get("event") == "optimizer" and event.get("sharding") is not None:
+            latest[(event["optimizer"], event.get("where", ""))] = event["sharding"]
+    parameters = {"sharded": sum(s["sharded"] for s in latest.values()),
+                  "replicated": sum(s["replicated"] for s in latest.values())} if latest else None
+    report.spmd = {"requested_devices": devices, "devices": spanned, "parameters": parameters}
+    if spanned == 0:
+        report.problems.append(Problem("spmd", f"the script never turned SPMD on (xr.use_spmd()): one of the "
+                                       f"{devices} devices did all the work; migrate with --data-parallel spmd"))
+    elif spanned is not None and spanned != devices:
+        report.problems.append(Problem("spmd", f"the SPMD program spans {spanned} devices, not the {devices} "
+                                       "it was given"))
 
 
 def split_compiles(compiles: list[int], traced: list, warm: int) -> tuple[int, int, list[int]]:
@@ -413,11 +435,13 @@ def finite_and_decreasing(losses: list[float]) -> bool:
 def verify(script: str, args=(), *, against: str | None = None, against_args=None, python: str | None = None,
            steps: int | None = None, device: str = "cpu", loss_regex: str | None = None,
            timeout: float | None = None, original_required: bool = True, deterministic: bool = False,
-           trees: Trees | None = None, project_root: str | None = None) -> Report:
+           trees: Trees | None = None, project_root: str | None = None, devices: int | None = None) -> Report:
     """``xla-migrate verify``: never raises for a check that cannot run; that is a report with exit code 2.
     A signal or Ctrl-C while a script runs ends its process group and raises :class:`Interrupted` (wrap the
     call in :func:`stop_on_signals` to get that for SIGTERM and SIGHUP too). ``trees``: the migrated tree and
-    the original's (default: from the two scripts' paths); ``project_root``: importable in both runs."""
+    the original's (default: from the two scripts' paths); ``project_root``: importable in both runs.
+    ``devices``: run the script as one SPMD program on that many PJRT CPU devices (``CPU_NUM_DEVICES``) and
+    the original as a world of one process (torchrun's variables for rank 0 of 1, where the caller set none)."""
     regex = loss_regex or DEFAULT_LOSS_REGEX
     python_path = None
     try:
@@ -434,6 +458,9 @@ def verify(script: str, args=(), *, against: str | None = None, against_args=Non
             raise CannotRun(f"--steps {steps}: needs at least 1")
         if device not in ("cpu", "auto"):
             raise CannotRun(f"--device {device}: expected cpu or auto")
+        if devices is not None and (devices < 1 or device != "cpu"):
+            raise CannotRun(f"--devices {devices}: needs at least 1, and --device cpu (on an accelerator the "
+                            "SPMD program spans the devices torch_xla finds)")
         interpreter = find_python(python)
         python_path = interpreter.path
     except CannotRun as error:
@@ -444,8 +471,9 @@ def verify(script: str, args=(), *, against: str | None = None, against_args=Non
     if against is not None and trees is None:
         trees = Trees.of(script, against)
     migrated_path, original_path = import_paths(dict(os.environ), None, script, against, trees, project_root)
+    xla_env = None if devices is None else {**os.environ, "CPU_NUM_DEVICES": str(devices)}
     observation = observe(interpreter.path, script, args, device=device, steps=steps, timeout=timeout,
-                          pythonpath=migrated_path, deterministic=deterministic)
+                          pythonpath=migrated_path, deterministic=deterministic, env=xla_env)
     if observation.torch_xla is None:
         observation.torch_xla = interpreter.torch_xla
     original = None
@@ -453,10 +481,11 @@ def verify(script: str, args=(), *, against: str | None = None, against_args=Non
         cut = len(parse_losses(observation.process.stdout, regex)) if observation.stopped else None
         original = run_plain(interpreter.path, against, list(args if against_args is None else against_args),
                              loss_regex=regex, timeout=timeout, stop_after_losses=cut or None,
-                             pythonpath=original_path, deterministic=deterministic)
+                             pythonpath=original_path, deterministic=deterministic,
+                             env=None if devices is None else one_process_world())
     report = assess(observation, script, args, python=interpreter.path, device=device, original=original,
                     original_required=original_required, loss_regex=regex, steps=steps,
-                    deterministic=deterministic)
+                    deterministic=deterministic, devices=devices)
     report.against = against
     report.against_args = None if against_args is None else list(against_args)
     if original is not None and original.returncode != 0 and args and against_args is None and report.cannot_run:

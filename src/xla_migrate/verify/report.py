@@ -24,7 +24,7 @@ EXIT_CLEAN, EXIT_PROBLEM, EXIT_CANNOT_RUN = 0, 1, 2
 @dataclass
 class Problem:
     # crash, timeout, not-on-xla, no-step-marker, recompilation, executions, host-reads, fallback, replicas,
-    # losses
+    # losses, spmd (verify --devices: the program did not span the devices)
     kind: str
     message: str
 
@@ -46,6 +46,7 @@ class Report:
     deprecations: list[dict] = field(default_factory=list)
     placement: dict = field(default_factory=dict)
     replicas: dict = field(default_factory=dict)
+    spmd: dict | None = None  # verify --devices N: {"requested_devices": N, "devices": what the program spanned}
     losses: dict = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -97,6 +98,7 @@ class Report:
             "run": self.run, "steps": self.steps, "compilations": self.compilations,
             "executions": self.executions, "host_reads": self.host_reads, "fallback_ops": self.fallback_ops,
             "deprecations": self.deprecations, "placement": self.placement, "replicas": self.replicas,
+            "spmd": self.spmd,
             "losses": {**self.losses, "values": json_numbers(self.losses.get("values") or []),
                        "original": None if self.losses.get("original") is None
                        else json_numbers(self.losses["original"])},
@@ -185,6 +187,16 @@ def render_text(report: Report) -> list[str]:
     device = f"PJRT {report.device}" if report.device else ("PJRT CPU" if report.requested_device == "cpu"
                                                             else "device unknown")
     lines = [f"{report.script}: {on} on {device} ({report.python})"]
+    if report.spmd is not None:
+        spanned = report.spmd["devices"]
+        lines.append(f"  spmd: given {report.spmd['requested_devices']} devices, the program spans "
+                     + ("an unknown number" if spanned is None else "none (SPMD never on)" if spanned == 0
+                        else str(spanned)))
+        parameters = report.spmd.get("parameters")
+        if parameters is not None:
+            lines.append(f"    trained parameter elements: {parameters['sharded']} split over the devices, "
+                         f"{parameters['replicated']} whole on every device (data parallel: all whole; FSDPv2: "
+                         "all split)")
     status = "timed out" if run["timed_out"] else f"exit {run['exit_status']}"
     if run["stopped_after_steps"]:
         status += f" (stopped after {run['stopped_after_steps']} steps, --steps)"

@@ -360,6 +360,11 @@ class Observation:
         return next((m.get("device") for m in self.markers if m.get("device")), None)
 
     @property
+    def spmd_devices(self) -> int | None:
+        """The devices the SPMD program spans (0: SPMD never turned on; None: not known)."""
+        return next((m["spmd_devices"] for m in self.markers if m.get("spmd_devices") is not None), None)
+
+    @property
     def step_times(self) -> list[float]:
         return [m["time"] for m in self.markers]
 
@@ -503,6 +508,21 @@ def read_records(work: Path, process: Process) -> Observation:
             observation.final = event
             observation.stopped = bool(event.get("stopped"))
     return observation
+
+
+def one_process_world(env: dict | None = None) -> dict[str, str]:
+    """The environment torchrun gives the one process of a world of one (rank 0 of 1, a free local port), for
+    an original that reads it; variables the caller set are kept."""
+    import socket
+
+    world = dict(os.environ if env is None else env)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"),
+                       ("GROUP_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port))):
+        world.setdefault(key, value)
+    return world
 
 
 def run_plain(python: str, script: str | os.PathLike, args: list[str] | tuple = (), *, cwd: str | None = None,
