@@ -87,8 +87,9 @@ def test_optimizer_list_steps_become_xm_steps(migrated, target):
     assert _calls(run.code["train.py"], "xm.optimizer_step"), run.code["train.py"]
 
 
-@known_defect(30, "boolean-mask indexing in a function the step calls (a self method, an imported loss) gets no XLA312: "
-                  "only the loop's own body is searched (SimCLR simclr.py:41-48, PyTorch-YOLOv3 utils/loss.py:151-155, "
+@known_defect(30, "boolean-mask indexing in a function the step calls (a self method, an imported loss) gets no "
+                  "XLA312: only the loop's own body is searched (SimCLR simclr.py:41-48, PyTorch-YOLOv3 "
+                  "utils/loss.py:151-155, "
                   "ssd.pytorch multibox_loss.py; measured 10 executions and 10 host transfers per step)")
 @BOTH
 def test_bool_mask_indexing_in_step_callees_is_reported(migrated, target):
@@ -114,8 +115,8 @@ def test_variable_box_count_targets_are_reported(migrated, target):
 
 
 @known_defect(33, "a legacy typed-tensor construction with a chained call (`torch.cuda.FloatTensor(b, c).normal_()`) "
-                  "is rewritten to `torch.FloatTensor(b, c).to(device).normal_()` yet reported as XLA900 'CUDA-specific "
-                  "code left' and counted as left (waveglow glow.py:261-289, glow_old.py:182-218)")
+                  "is rewritten to `torch.FloatTensor(b, c).to(device).normal_()` yet reported as XLA900 "
+                  "'CUDA-specific code left' and counted as left (waveglow glow.py:261-289, glow_old.py:182-218)")
 @BOTH
 def test_rewritten_typed_tensor_is_not_reported_left(migrated, target):
     run = migrated("33-typed-tensor-rewritten-but-reported-left", target)
@@ -134,12 +135,13 @@ def test_typed_tensor_construction_is_rewritten(migrated, target):
 # Severity R (the migration changes what the program is) --------------------------------------------------------
 
 
-@known_defect(36, "a program that never uses CUDA (models and tensors on the CPU, torch.multiprocessing Hogwild workers) "
-                  "gets xm.optimizer_step + torch_xla.sync() in each worker, which initialize the PJRT runtime in "
-                  "every process (minimalRL, all 12 scripts; a3c.py)")
+@known_defect(36, "a program that never uses CUDA (models and tensors on the CPU, torch.multiprocessing Hogwild "
+                  "workers) gets xm.optimizer_step + torch_xla.sync() in each worker, which initialize the PJRT runtime "
+                  "in every process (minimalRL, all 12 scripts; a3c.py)")
 @BOTH
 def test_cpu_only_program_is_left_alone(migrated, target):
     run = migrated("36-cpu-only-program-gets-xla-step", target)
     code = run.code["hogwild.py"]
     step_recipe = _calls(code, "xm.optimizer_step", "torch_xla.sync", "xm.mark_step")
-    assert not step_recipe, f"xm step recipe on a CPU optimizer at {step_recipe}; findings: {_show(run.findings['hogwild.py'])}"
+    findings = _show(run.findings["hogwild.py"])
+    assert not step_recipe, f"xm step recipe on a CPU optimizer at {step_recipe}; findings: {findings}"
