@@ -136,7 +136,7 @@ def test_typed_tensor_construction_is_rewritten(migrated, target):
 
 
 @known_defect(36, "a program that never uses CUDA (models and tensors on the CPU, torch.multiprocessing Hogwild "
-                  "workers) gets xm.optimizer_step + torch_xla.sync() in each worker, which initialize the PJRT runtime "
+                  "workers) gets xm.optimizer_step + torch_xla.sync() in each worker, which start the PJRT runtime "
                   "in every process (minimalRL, all 12 scripts; a3c.py)")
 @BOTH
 def test_cpu_only_program_is_left_alone(migrated, target):
