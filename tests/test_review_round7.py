@@ -114,9 +114,6 @@ def test_variable_box_count_targets_are_reported(migrated, target):
 # Severity L (the report is wrong) ------------------------------------------------------------------------------
 
 
-@known_defect(33, "a legacy typed-tensor construction with a chained call (`torch.cuda.FloatTensor(b, c).normal_()`) "
-                  "is rewritten to `torch.FloatTensor(b, c).to(device).normal_()` yet reported as XLA900 "
-                  "'CUDA-specific code left' and counted as left (waveglow glow.py:261-289, glow_old.py:182-218)")
 @BOTH
 def test_rewritten_typed_tensor_is_not_reported_left(migrated, target):
     run = migrated("33-typed-tensor-rewritten-but-reported-left", target)

@@ -128,7 +128,10 @@ class CudaLeftover(Rule):
         else the construct itself (``autocast`` imported from ``torch.cuda.amp``)."""
         link = node
         current = node
-        while isinstance(current, cst.Attribute):
+        while isinstance(current, (cst.Attribute, cst.Call)):
+            if isinstance(current, cst.Call):  # `torch.cuda.FloatTensor(n).normal_()`: the link is in the receiver
+                current = current.func
+                continue
             if current.attr.value in CUDA_NAMES:
                 link = current.attr
             current = current.value
@@ -204,8 +207,8 @@ class CudaLeftover(Rule):
             if checked in seen:
                 continue
             seen.add(checked)
-            if self._dropped(checked):
-                continue
+            if self._dropped(checked) or self._dropped(where):
+                continue  # the construct, or its CUDA link, is rewritten (`torch.cuda.FloatTensor(n).normal_()`)
             if isinstance(checked, (cst.Import, cst.ImportFrom)) and not self._import_stays(checked):
                 continue
             if self.ctx.position(where) in reported or starts[where] in reported:
