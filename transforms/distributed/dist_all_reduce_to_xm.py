@@ -14,7 +14,8 @@ What it does:
     becomes ``dist.all_reduce(tensor[, op=op])`` there.
 
     In the spmd form a mean over the replicas goes: ``dist.all_reduce(t, op=ReduceOp.AVG)``, and
-    ``dist.all_reduce(t)`` followed by ``t /= <world size>`` (or ``t.div_(...)``), with the division. A bare
+    ``dist.all_reduce(t)`` followed by ``t /= <world size>`` (or ``t.div_(...)``, ``return t / <world size>``),
+    with the division. A bare
     sum, or a reduce, is reported (XLA404).
 
 Why:
@@ -136,7 +137,10 @@ class DistAllReduceToXm(Rule):
         message = (f"removed {short(node)}: in the spmd form a value computed from the global batch (sharded over "
                    "the mesh) already is the mean over the former replicas")
         self.remove(self.ctx.parent(node), message)
-        if removed is not True:
+        if isinstance(removed, cst.Return):  # return value / world_size -> return value
+            self.replace(removed.value, lambda updated: updated.left, f"the division by the world size after {short(node)} "
+                         f"dropped: {message}")
+        elif removed is not True:
             self.remove(removed, f"removed the division by the world size after {short(node)}: {message}")
         common.free_imports(self, node)
         self.import_may_be_dead("torch.distributed", "ReduceOp")
@@ -144,8 +148,8 @@ class DistAllReduceToXm(Rule):
 
 def spmd_mean(ctx, node: cst.Call) -> cst.BaseSmallStatement | bool | None:
     """In the spmd form, whether ``node`` averages a tensor over the replicas: True for ``op=ReduceOp.AVG``, the
-    division statement for a sum followed by ``tensor /= <world size>`` (or ``tensor.div_(<world size>)``),
-    None otherwise. XLA404 asks too."""
+    division statement for a sum followed by ``tensor /= <world size>``, ``tensor.div_(<world size>)`` or
+    ``return tensor / <world size>``, None otherwise. XLA404 asks too."""
     operation = rewritable(ctx, node)
     if operation == "AVG":
         return True
@@ -170,6 +174,9 @@ def spmd_mean(ctx, node: cst.Call) -> cst.BaseSmallStatement | bool | None:
             statement.value.func, cst.Attribute) and statement.value.func.attr.value == "div_" and \
             patterns.code_of(statement.value.func.value) == tensor and len(statement.value.args) == 1:
         divisor = statement.value.args[0].value
+    elif isinstance(statement, cst.Return) and isinstance(statement.value, cst.BinaryOperation) and isinstance(
+            statement.value.operator, cst.Divide) and patterns.code_of(statement.value.left) == tensor:
+        divisor = statement.value.right
     if divisor is None or not _world_size(ctx, divisor):
         return None
     return statement
