@@ -51,9 +51,6 @@ def test_cuda_stream_prefetcher_is_rewritten(migrated, target):
     assert not left, f"CUDA stream calls left at {left}; findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "torch.distributed.reduce is kept on the xla process group with XLA404 'the call keeps working': "
-                  "torch_xla 2.6.1's ProcessGroupXla.reduce raises NotImplementedError, 2.9's syncs inside the step "
-                  "(stylegan2-pytorch distributed.py:119, barlowtwins evaluate.py:168)")
 @BOTH
 def test_dist_reduce_becomes_an_all_reduce(migrated, target):
     run = migrated("29-dist-reduce-kept-on-xla-process-group", target)

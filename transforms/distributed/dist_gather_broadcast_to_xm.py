@@ -14,6 +14,13 @@ What it does:
     - ``dist.all_gather_into_tensor(output, input)`` -> ``output.copy_(xm.all_gather(input))``.
     - ``dist.broadcast(tensor, src)`` -> ``xm.collective_broadcast([tensor], root_ordinal=src)`` (in place,
       both targets: torch_xla has it since 1.13).
+    - ``dist.gather(tensor, gather_list, dst)`` -> the same all-gather loop on every replica, over
+      ``gather_list or ()`` (the list is None off ``dst``): ``dst`` reads what the gather gave it; a call
+      without a list becomes the bare ``xm.all_gather(...)`` (the replica only takes part).
+
+    In the ddp form (the process group kept on the ``xla`` backend) a ``dist.gather`` is reported: that
+    backend raises NotImplementedError for it on torch_xla 2.6.1 and runs a ``torch_xla.sync()`` inside it on
+    2.9.
 
     A call with a process group (``group=``), ``async_op=``, unpacked arguments or whose value is used is left
     as it is: XLA404 then keeps the process group on the ``xla`` backend (``2.9``) and reports the call (on
@@ -57,7 +64,10 @@ MAPPED = {
     "all_gather": (("tensor_list", "tensor"), "all_gather"),
     "all_gather_into_tensor": (("output_tensor", "input_tensor"), "all_gather"),
     "broadcast": (("tensor", "src"), "collective_broadcast"),
+    "gather": (("tensor", "gather_list", "dst"), "all_gather"),
 }
+# Parameters a call may leave out (torch.distributed's defaults): gather's list is None off the dst rank.
+OPTIONAL = {"gather": ("gather_list", "dst")}
 
 
 def arguments(ctx: MigrationContext, node: cst.Call) -> tuple[str, list[cst.BaseExpression]] | None:
@@ -73,7 +83,7 @@ def arguments(ctx: MigrationContext, node: cst.Call) -> tuple[str, list[cst.Base
     line = ctx.parent(statement)
     if not (isinstance(statement, cst.Expr) and statement.value is node):
         return None
-    if name == "all_gather" and not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+    if name in ("all_gather", "gather") and not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
                                      and isinstance(ctx.parent(line), (cst.IndentedBlock, cst.Module))):
         return None  # the loop needs a line of its own
     if any(a.star for a in node.args):
@@ -89,9 +99,9 @@ def arguments(ctx: MigrationContext, node: cst.Call) -> tuple[str, list[cst.Base
         if key not in parameters or key in values:
             return None
         values[key] = arg.value
-    if set(values) != set(parameters):
+    if set(parameters) - set(values) - set(OPTIONAL.get(name, ())):
         return None
-    return name, [values[p] for p in parameters]
+    return name, [values.get(p) for p in parameters]
 
 
 def _argument_index(node: cst.Call, position: int, parameter: str) -> int:
@@ -104,7 +114,7 @@ def _argument_index(node: cst.Call, position: int, parameter: str) -> int:
 class DistGatherBroadcastToXm(Rule):
     code = "XLA411"
     name = "dist-gather-broadcast-to-xm"
-    summary = ("dist.all_gather / all_gather_into_tensor / broadcast -> xm.all_gather / "
+    summary = ("dist.all_gather / all_gather_into_tensor / broadcast / gather -> xm.all_gather / "
                "xm.collective_broadcast, filling the same tensors")
     fix_safety = "review"
 
@@ -114,10 +124,18 @@ class DistGatherBroadcastToXm(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
+        if ctx.ddp_form and common.dist_call(ctx, node, "gather"):
+            self.finding(node, f"{short(node)}: kept on the xla process group, whose gather raises "
+                         "NotImplementedError on torch_xla 2.6.1 (the sagemaker target's runtime) and runs a "
+                         "torch_xla.sync() inside on 2.9", "all-gather instead: dist.all_gather(<a list of "
+                         "world-size tensors on every rank>, tensor), and read it on dst")
         found = arguments(ctx, node)
         if found is None:
             return
         name, _ = found
+        if name == "gather":
+            self._gather(node)
+            return
         parameters, _ = MAPPED[name]
         first, second = (_argument_index(node, i, p) for i, p in enumerate(parameters))
 
@@ -152,6 +170,37 @@ class DistGatherBroadcastToXm(Rule):
                     f"root_ordinal={code(updated, second)})").with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
             self.replace(node, broadcast, f"{short(node)} -> {short(broadcast(node), 80)} (in place)")
+        common.free_imports(self, node)
+
+
+    def _gather(self, node: cst.Call) -> None:
+        """``dist.gather(tensor, gather_list, dst)`` -> every replica all-gathers (an xm collective runs on all of
+        them alike) and copies the chunks into its list: on dst the list torch.distributed filled, elsewhere
+        none (``gather_list`` is None there, so ``or ()``)."""
+        ctx = self.ctx
+        line = ctx.parent(ctx.parent(node))
+        target, chunk = fresh_name(ctx, node, "gathered_tensor"), fresh_name(ctx, node, "chunk")
+        tensor_index = _argument_index(node, 0, "tensor")
+        list_index = next((i for i, a in enumerate(node.args) if (a.keyword is None and i == 1) or (
+            a.keyword is not None and a.keyword.value == "gather_list")), None)
+
+        def gathered(updated: cst.SimpleStatementLine) -> cst.BaseStatement:
+            call = updated.body[0].value
+            gather_list = None if list_index is None else call.args[list_index].value
+            gather = f"{ctx.spell('all_gather')}({_unsqueezed(call.args[tensor_index].value)})"
+            if gather_list is None:  # no list on this replica: it only takes part in the collective
+                return patterns.parsed_statement(f"{gather}\n").with_changes(leading_lines=updated.leading_lines)
+            listed = (
+                patterns.code_of(gather_list) if isinstance(gather_list, (cst.List, cst.ListComp))
+                else f"{_receiver(gather_list)} or ()")
+            loop = patterns.parsed_statement(
+                f"for {target}, {chunk} in zip({listed}, {gather}):\n"
+                f"    {target}.copy_({chunk})\n")
+            return loop.with_changes(leading_lines=updated.leading_lines)
+
+        self.replace(line, gathered, f"{short(node)} -> {ctx.spell('all_gather')}(...) on every replica, copied into "
+                     "the list where there is one (dst's): torch_xla's xla backend has no gather on 2.6.1 and syncs "
+                     "inside it on 2.9")
         common.free_imports(self, node)
 
 

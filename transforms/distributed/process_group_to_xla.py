@@ -9,10 +9,12 @@ What it does:
     - ``dist.barrier()`` -> ``xm.rendezvous("barrier")``.
     - ``dist.is_initialized()`` -> ``xm.xrt_world_size() > 1`` (``xr.world_size() > 1`` on ``2.9``): the
       code it guarded ran when the script ran on several workers.
-    - Where the script calls a collective without an xm form (``gather``, ``scatter``, ``all_gather_object``,
-      or a call XLA410/XLA411 cannot rewrite: ``group=``, ``async_op=``, its value used), the process group
-      is kept instead, on the ``xla`` backend (as in the ddp form), so the call keeps working; each such call
-      is reported.
+    - Where the script calls a collective without an xm form (``scatter``, ``all_gather_object``, or a call
+      XLA410/XLA411 cannot rewrite: ``group=``, ``async_op=``, its value used), the process group is kept
+      instead, on the ``xla`` backend (as in the ddp form); each such call is reported with what that backend
+      does with it: ``reduce``, ``gather``, ``scatter``, ``all_to_all``, ``send``/``recv`` raise
+      NotImplementedError on torch_xla 2.6.1 (the sagemaker target's runtime), and ``reduce``, ``gather``,
+      ``send``/``recv`` run a ``torch_xla.sync()`` inside on 2.9.
 
     In the ddp form (``--data-parallel ddp``, or what ``auto`` chooses) the process group stays, on
     torch_xla's backend: ``dist.init_process_group("nccl", init_method="env://", world_size=w, rank=r)`` ->
@@ -26,8 +28,9 @@ What it does:
 
     In the spmd form (``--data-parallel spmd``) the process group goes whatever the script calls: one
     program per host needs none, the compiler inserts the collectives of the sharded step. Barriers and
-    ``is_initialized()`` are rewritten as above (over the hosts: ``xr.process_count() > 1``); every
-    ``torch.distributed`` collective is reported, since its replicas no longer exist.
+    ``is_initialized()`` are rewritten as above (over the hosts: ``xr.process_count() > 1``); a mean over
+    the replicas goes (XLA410) and every other ``torch.distributed`` collective is reported, since its
+    replicas no longer exist.
 
     Whatever the form, a ``world_size=`` or ``rank=`` the script computed from ``torch.cuda.device_count()``
     (``world_size = torch.cuda.device_count()``) is reported with its line: 0 on an XLA host, and the
@@ -117,9 +120,11 @@ class ProcessGroupToXla(Rule):
                 self._on_xla_backend(node)
             return  # the process group stays: helpers and collectives work as written
         if ctx.spmd_form:
-            self._spmd(node, name)
+            if not (name in ("all_reduce", "reduce") and common.active(ctx, "XLA410")
+                    and all_reduce_rule.spmd_mean(ctx, node) is not None):
+                self._spmd(node, name)  # XLA410 removes a mean over the replicas
             return
-        if name == "all_reduce" and common.active(ctx, "XLA410"):
+        if name in ("all_reduce", "reduce") and common.active(ctx, "XLA410"):
             if all_reduce_rule.rewritable(ctx, node) is None:
                 self._deferred.append((node, "all_reduce_kept"))  # XLA410 reports it; the group stays for it
             return  # XLA410 rewrites it
@@ -154,11 +159,12 @@ class ProcessGroupToXla(Rule):
             elif name == "init_process_group":
                 self._on_xla_backend(node)
             elif name in COLLECTIVES and name != "all_reduce":
+                group = self.ctx.target.spelling("xla_process_group").template.format(xm="xm", xr="xr")
                 self.finding(node, f"{short(node)}: this torch.distributed collective has no xm form here, so the "
-                             "process group stays, on the xla backend (init_process_group(\"xla\", "
-                             "init_method=\"xla://\")), and the call keeps working",
-                             f"or replace it with an xm collective ({self.ctx.spell('all_gather')}, "
-                             f"{self.ctx.spell('all_reduce')}) and remove the process group")
+                             f"process group stays, on the xla backend (init_process_group({group})); "
+                             f"{_on_the_xla_backend(name)}",
+                             f"replace it with an xm collective ({self.ctx.spell('all_gather')}, "
+                             f"{self.ctx.spell('all_reduce')}) and the process group can go")
 
     def _unmapped_elsewhere(self) -> str:
         """Where another module of the program calls a collective without an xm form ("" when none does)."""
@@ -309,6 +315,25 @@ class ProcessGroupToXla(Rule):
             self.remove(owner, f"{message} (with the `if` around it)")
         else:
             self.remove(statement, message)
+
+
+# What torch_xla's xla backend (ProcessGroupXla) does with a collective, read in its xla_backend.py of 2.6.1 and
+# 2.9 (the reduce and gather rows measured: NotImplementedError on 2.6.1).
+_NOT_IMPLEMENTED_2_6 = ("reduce", "gather", "scatter", "all_to_all", "monitored_barrier", "send", "recv")
+_SYNCS_2_9 = ("reduce", "gather", "send", "recv")
+_IMPLEMENTED = ("all_gather", "all_gather_into_tensor", "broadcast", "reduce_scatter", "reduce_scatter_tensor")
+
+
+def _on_the_xla_backend(name: str) -> str:
+    if name in _IMPLEMENTED:
+        return "the call runs there as written"
+    said = []
+    if name in _NOT_IMPLEMENTED_2_6:
+        said.append("the backend raises NotImplementedError for it on torch_xla 2.6.1 (the sagemaker target's "
+                    "runtime)")
+    if name in _SYNCS_2_9:
+        said.append("on 2.9 it runs a torch_xla.sync() inside, a graph cut wherever it is called in the step")
+    return "; ".join(said) or "check that the xla backend runs it (it implements only some collectives)"
 
 
 def _arg_name(arg: cst.Arg) -> str:

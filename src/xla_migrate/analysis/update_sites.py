@@ -154,9 +154,9 @@ class _Collector(ast.NodeVisitor):
 
 
 _DIST_PREFIXES = ("dist.", "torch.distributed.", "distributed.")
-_WITH_XM = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast")
-_WITHOUT_XM = ("gather", "scatter", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
-               "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv",
+_WITH_XM = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "gather")
+_WITHOUT_XM = ("scatter", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv",
                "isend", "irecv", "new_group", "monitored_barrier")
 
 
