@@ -314,7 +314,8 @@ def test_every_distributed_runnable_fixture_runs_in_both_forms_in_the_proof_tier
     # only when world > 1, with no DDP wrapper: no update to reduce, nothing the replica probe could show
     # (tests/xla/test_gates_proof.py runs it for what it is about, no XLA device before the launcher).
     # ddp_spmd, fsdp_spmd and fsdp2_spmd are the spmd form's proof on 4 devices (tests/xla/test_spmd_proof.py);
-    # the ddp and xm forms of ddp_spmd are those of ddp_torchrun, which is listed; torch FSDP has no ddp or xm form (XLA415).
+    # the ddp and xm forms of ddp_spmd are those of ddp_torchrun, which is listed; torch FSDP has no ddp or xm
+    # form (XLA415).
     # torchrun_collectives_spmd is the spmd form's helper collectives on 4 devices
     # (tests/xla/test_spmd_collectives_proof.py); its xm/ddp collectives are ddp_helpers'.
     elsewhere = {"launched_device", "ddp_spmd", "fsdp_spmd", "fsdp2_spmd", "torchrun_collectives_spmd"}
