@@ -41,9 +41,6 @@ def test_removed_xm_names_stay_on_sagemaker(migrated):
     assert not [n for n in run.findings["train_fsdp.py"] if n.code == "XLA904"]
 
 
-@known_defect(29, "a side-stream data prefetcher (torch.cuda.Stream, torch.cuda.stream, current_stream().wait_stream) "
-                  "is kept with XLA103 findings only: the prefetcher raises at construction on a TPU host "
-                  "(SRGAN-PyTorch dataset.py:222-248, train_gan.py:240)")
 @BOTH
 def test_cuda_stream_prefetcher_is_rewritten(migrated, target):
     run = migrated("29-cuda-stream-prefetcher-left", target)
