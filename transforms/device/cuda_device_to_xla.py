@@ -180,7 +180,7 @@ class CudaDeviceToXla(Rule):
             args = patterns.positional(node)
             if args and patterns.is_cuda_value(args[0].value):
                 self._use_device(args[0].value)
-            elif args and self._cuda_ordinal(args[0].value):
+            elif args and self._cuda_ordinal(args[0].value, rank_is_401s=True):
                 self._use_device(args[0].value, "an integer device is CUDA device N")
         device_keyword = patterns.keyword(node, "device")
         if device_keyword is not None and patterns.is_cuda_value(device_keyword.value):
@@ -189,11 +189,11 @@ class CudaDeviceToXla(Rule):
                 and self._cuda_ordinal(device_keyword.value):
             self._use_device(device_keyword.value, "an integer device is CUDA device N")
 
-    def _cuda_ordinal(self, node: cst.BaseExpression) -> bool:
+    def _cuda_ordinal(self, node: cst.BaseExpression, rank_is_401s: bool = False) -> bool:
         """An integer used as a device, which names CUDA device N (``.to(0)``, ``.to(gpu_ids[0])``,
         ``.to(device=self.gpu_ids[0])``, ``.to(args.gpu)``, ``torch.randn(n, device=1)``): an int literal, an
         element of a list of GPU ids, or a value named as one GPU's index. In a distributed script a rank-named
-        index is XLA401's (``model.to(local_rank)``)."""
+        index of a positional ``.to()`` is XLA401's (``model.to(local_rank)``): ``rank_is_401s``."""
         if isinstance(node, cst.Integer):
             return True
         if isinstance(node, cst.Subscript):  # gpu_ids[0], self.gpus[0], device_ids[0]
@@ -203,7 +203,7 @@ class CudaDeviceToXla(Rule):
                 and not words & COUNT_WORDS and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
         name = patterns.dotted_name(node)
         return (name is not None and name.rsplit(".", 1)[-1] in _GPU_INDEX_NAMES
-                and not (self.ctx.distributed and name.rsplit(".", 1)[-1] in _RANK_NAMES))
+                and not (rank_is_401s and self.ctx.distributed and name.rsplit(".", 1)[-1] in _RANK_NAMES))
 
     def _ordinal_call(self, node: cst.Call) -> bool:
         """``torch.device(0)``, ``torch.device(gpu_ids[0])``: CUDA device N."""
