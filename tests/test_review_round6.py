@@ -41,9 +41,6 @@ def test_removed_xm_names_stay_on_sagemaker(migrated):
     assert not [n for n in run.findings["train_fsdp.py"] if n.code == "XLA904"]
 
 
-@known_defect(29, "a side-stream data prefetcher (torch.cuda.Stream, torch.cuda.stream, current_stream().wait_stream) "
-                  "is kept with XLA103 findings only: the prefetcher raises at construction on a TPU host "
-                  "(SRGAN-PyTorch dataset.py:222-248, train_gan.py:240)")
 @BOTH
 def test_cuda_stream_prefetcher_is_rewritten(migrated, target):
     run = migrated("29-cuda-stream-prefetcher-left", target)
@@ -60,9 +57,6 @@ def test_dist_reduce_becomes_an_all_reduce(migrated, target):
     assert _calls(code, "xm.all_reduce", "dist.all_reduce"), code
 
 
-@known_defect(29, "an integer GPU id used as a device (`self.net.to(gpu_ids[0])`, `.to(device=self.gpu_ids[0])`, "
-                  "gpu_ids=[0]) is kept, unreported, while the caller's use_gpu test becomes device.startswith('xla'): "
-                  "`.to(0)` is CUDA device 0 (stylegan2-pytorch lpips/dist_model.py:98-101, 137-141)")
 @BOTH
 def test_integer_device_ordinals_are_rewritten_or_reported(migrated, target):
     run = migrated("29-integer-device-ordinal-kept", target)

@@ -7,7 +7,9 @@ What it does:
     assigned, ``torch.device("cuda") if ... else torch.device("cpu")`` wherever it is (as a whole, also with a
     CUDA device in both branches: ``torch.device(f"cuda:{rank}") if rank else torch.device("cuda")``),
     ``.to("cuda")``, ``.cuda()`` / ``.cuda(non_blocking=True)`` on tensors and modules, and ``device="cuda"``
-    keyword arguments. Where a device is needed and the script has no device variable in scope,
+    keyword arguments. An integer used as a device is CUDA device N: ``.to(0)``, ``.to(gpu_ids[0])``,
+    ``.to(device=self.gpu_ids[0])``, ``.to(args.gpu)``, ``torch.device(gpu_id)`` and ``device=1`` of a torch
+    call become the XLA device where they are used (the list of ids is left as it is). Where a device is needed and the script has no device variable in scope,
     ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
     Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
     A user's device indexed by the process's rank (``f"{device}:{local_rank}"``, one GPU per process) is
@@ -33,8 +35,14 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
-from xla_migrate.analysis.facts import is_cuda_device_expr, is_cuda_ordinal
+from xla_migrate.analysis.facts import COUNT_WORDS, is_cuda_device_expr, is_cuda_ordinal
 from xla_migrate.engine.rule import ALL_TARGETS, Rule
+
+# Names that hold one GPU's index (``model.to(args.gpu)``); the rank-named ones are XLA401's in a distributed
+# script, where it rewrites them with the ranks.
+_GPU_INDEX_NAMES = frozenset({"gpu", "gpu_id", "gpu_idx", "gpu_index", "local_gpu", "device_id", "cuda_id",
+                              "local_rank"})
+_RANK_NAMES = frozenset({"gpu", "gpu_id", "local_gpu", "device_id", "local_rank"})
 
 
 class CudaDeviceToXla(Rule):
@@ -161,19 +169,46 @@ class CudaDeviceToXla(Rule):
             self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
             return
         if ctx.is_call_to(node, "torch.device"):
-            if is_cuda_device_expr(node, ctx.qualnames) or self._accelerator_string(node):
+            if is_cuda_device_expr(node, ctx.qualnames) or self._accelerator_string(node) or self._ordinal_call(node):
                 self._device_call(node)
             return
         if patterns.method_call(node, "cuda") and not ctx.qualnames(node.func) & {"torch.cuda"}:
             self._dot_cuda(node)
             return
-        if patterns.method_call(node, "to"):
+        to = patterns.method_call(node, "to")
+        if to:
             args = patterns.positional(node)
             if args and patterns.is_cuda_value(args[0].value):
                 self._use_device(args[0].value)
+            elif args and self._cuda_ordinal(args[0].value, rank_is_401s=True):
+                self._use_device(args[0].value, "an integer device is CUDA device N")
         device_keyword = patterns.keyword(node, "device")
         if device_keyword is not None and patterns.is_cuda_value(device_keyword.value):
             self._use_device(device_keyword.value)
+        elif device_keyword is not None and (to or any(q.startswith("torch.") for q in ctx.qualnames(node.func))) \
+                and self._cuda_ordinal(device_keyword.value):
+            self._use_device(device_keyword.value, "an integer device is CUDA device N")
+
+    def _cuda_ordinal(self, node: cst.BaseExpression, rank_is_401s: bool = False) -> bool:
+        """An integer used as a device, which names CUDA device N (``.to(0)``, ``.to(gpu_ids[0])``,
+        ``.to(device=self.gpu_ids[0])``, ``.to(args.gpu)``, ``torch.randn(n, device=1)``): an int literal, an
+        element of a list of GPU ids, or a value named as one GPU's index. In a distributed script a rank-named
+        index of a positional ``.to()`` is XLA401's (``model.to(local_rank)``): ``rank_is_401s``."""
+        if isinstance(node, cst.Integer):
+            return True
+        if isinstance(node, cst.Subscript):  # gpu_ids[0], self.gpus[0], device_ids[0]
+            name = patterns.dotted_name(node.value)
+            words = set((name or "").rsplit(".", 1)[-1].lower().split("_"))
+            return bool(words & {"gpu", "gpus", "gpuids"} or {"device", "ids"} <= words) \
+                and not words & COUNT_WORDS and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+        name = patterns.dotted_name(node)
+        return (name is not None and name.rsplit(".", 1)[-1] in _GPU_INDEX_NAMES
+                and not (rank_is_401s and self.ctx.distributed and name.rsplit(".", 1)[-1] in _RANK_NAMES))
+
+    def _ordinal_call(self, node: cst.Call) -> bool:
+        """``torch.device(0)``, ``torch.device(gpu_ids[0])``: CUDA device N."""
+        args = node.args
+        return len(args) == 1 and args[0].keyword is None and self._cuda_ordinal(args[0].value)
 
     def _accelerator_string(self, node: cst.Call) -> bool:
         """``torch.device(f"{torch.accelerator.current_accelerator()}:{rank}")``."""
@@ -238,11 +273,12 @@ class CudaDeviceToXla(Rule):
                      f"{self._short(choice.test)} else torch.device(...): the test still chooses the CPU")
         self._replaced_whole.add(node)
 
-    def _use_device(self, node: cst.BaseExpression) -> None:
+    def _use_device(self, node: cst.BaseExpression, why: str = "") -> None:
         if patterns.is_cuda_string(node) and node in self.ctx.device_flow.option_literals:
             return  # an option's value: leave_Module names it "xla"
         device = self.ctx.device_reference(node, self.code)
-        self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}")
+        self.replace(node, patterns.parsed_expression(device), f"{self._short(node)} -> {device}"
+                     + (f": {why}" if why else ""))
 
     def _dot_cuda(self, node: cst.Call) -> None:
         device = self.ctx.device_reference(node, self.code)

@@ -546,6 +546,11 @@ class MigrationContext:
             return True
         bindings = [a.node for a in scope.assignments[name] if isinstance(a.node, cst.CSTNode)]
         if scope is not own_scope:
+            # A global bound only in the `__main__` block is not there when the module is imported (a library
+            # class the script also runs): a function does not start to depend on it.
+            guard = self.facts.main_guard
+            if guard is not None and bindings and all(self._inside(b, guard) for b in bindings):
+                return False
             return not own_scope.assignments[name] and all(b in self.facts.device_bindings for b in bindings)
         where = self._start(node)
         before = [(self._bound_at(b), b) for b in bindings]
@@ -555,6 +560,12 @@ class MigrationContext:
             return False
         last = max(before, key=lambda pair: pair[0])[1]
         return last in self.facts.device_bindings or self._other_branch_binds_device(last, bindings)
+
+    def _inside(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        current: cst.CSTNode | None = node
+        while current is not None and current is not outer:
+            current = self.parent(current)
+        return current is outer
 
     def _in_sibling_branch(self, binding: cst.CSTNode, node: cst.CSTNode) -> bool:
         """``binding`` is in one branch of an ``if`` and ``node`` in another: it never reaches ``node``
