@@ -32,9 +32,6 @@ def _loop_bodies_with(code: str, call: str) -> list[ast.For]:
 # Severity C (a crash the original did not have) ---------------------------------------------------------------
 
 
-@known_defect(29, "torch.set_default_tensor_type('torch.cuda.FloatTensor') is kept and its torch.cuda.is_available() "
-                  "guard folded away, unreported: the first parameter the script builds initializes CUDA "
-                  "(ssd.pytorch train.py:57-65, eval.py, test.py, demo.ipynb)")
 @BOTH
 def test_cuda_default_tensor_type_is_dropped_or_reported(migrated, target):
     run = migrated("29-default-tensor-type-cuda-kept", target)

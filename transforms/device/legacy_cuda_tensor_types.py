@@ -10,7 +10,10 @@ What it does:
     - a construction ``torch.cuda.FloatTensor(*args)`` / ``Tensor(*args)`` becomes the CPU type's, moved to the
       XLA device: ``torch.FloatTensor(*args).to(device)`` (same sizes-or-data meaning of the arguments);
     - a conversion ``x.type(torch.cuda.FloatTensor)`` / ``x.type(Tensor)`` / ``x.type("torch.cuda.FloatTensor")``
-      becomes ``x.to(device=device, dtype=torch.float32)``.
+      becomes ``x.to(device=device, dtype=torch.float32)``;
+    - a CUDA default type, ``torch.set_default_tensor_type("torch.cuda.FloatTensor")`` (ssd.pytorch), becomes
+      the CPU type of its dtype: tensors built without a device start on the CPU, and the script's own moves
+      (now to the XLA device) place them, as the change note says.
 
     The binding itself stays (naming the type does not need CUDA) unless XLA104 drops its CUDA branch; it and
     any other use of a legacy CUDA type left in the output (``isinstance(x, torch.cuda.FloatTensor)``) are
@@ -137,6 +140,8 @@ class LegacyCudaTensorTypes(Rule):
                     type_name = text.rpartition(".")[2] if text.rpartition(".")[2] in DTYPES else None
                 if type_name is not None:
                     self._conversion(node, type_name)
+            elif "torch.set_default_tensor_type" in self.ctx.qualnames(node.func) and len(node.args) == 1:
+                self._default_type(node)
         checker = CudaOnly(self.ctx)
         for node in self._references:
             if node not in self._rewritten and not checker.dropped(node):
@@ -168,3 +173,22 @@ class LegacyCudaTensorTypes(Rule):
             return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")), args=args)
 
         self.replace(node, to_device, f"{short(node)} -> {short(to_device(node), 80)}")
+
+    def _default_type(self, node: cst.Call) -> None:
+        """``torch.set_default_tensor_type("torch.cuda.FloatTensor")`` (ssd.pytorch): the CPU type of that dtype
+        (a CUDA default raises on an XLA host: no driver, or no CUDA type in a CPU build of torch)."""
+        argument = node.args[0].value
+        type_name = self._legacy_type(argument)
+        text = patterns.string_value(argument)
+        if type_name is None and text is not None and text.startswith("torch.cuda."):
+            type_name = text.rpartition(".")[2] if text.rpartition(".")[2] in DTYPES else None
+        if type_name is None:
+            return
+        self._rewritten.add(argument)
+        torch = self.ctx.local_name("torch", "torch")
+        cpu = cst.SimpleString(f'"torch.{type_name}"') if text is not None else \
+            patterns.parsed_expression(f"{torch}.{type_name}")
+        self.replace(argument, lambda updated: cpu,
+                     f"{short(node)}: the default tensor type stays on the CPU ({short(cpu)}): tensors built "
+                     "without a device (torch.Tensor(n), torch.zeros(n)) start on the CPU, where the original's "
+                     "started on the GPU; the script's moves, now to the XLA device, place them")
