@@ -50,9 +50,6 @@ def test_cuda_default_tensor_type_fixture_moves_the_rest(migrated, target):
     assert ".cuda()" not in code and code.count(".to(device)") >= 3, code
 
 
-@known_defect(29, "`with torch.cuda.device(args.gpu_index):` is kept (XLA103 only) while the device test that set the "
-                  "index to -1 (a no-op) without CUDA is folded to the XLA branch: every run now enters "
-                  "torch.cuda.device(0) and fails without a CUDA driver (SimCLR run.py:56-63, :83)")
 @BOTH
 def test_cuda_device_context_is_dropped(migrated, target):
     run = migrated("29-cuda-device-context-kept", target)

@@ -6,7 +6,9 @@ What it does:
     -> its body, run in place; ``torch.cuda.current_stream().wait_stream(self.stream)``,
     ``self.stream.wait_stream(...)``, ``self.stream.synchronize()`` and ``t.record_stream(...)`` (of such a
     stream or of ``torch.cuda.current_stream()``) go. A stream used any other way (passed on, tested,
-    returned) is left as it is, with every line of it reported by XLA103.
+    returned) is left as it is, with every line of it reported by XLA103. A context that selects the CUDA
+    device, ``with torch.cuda.device(args.gpu_index):`` (SimCLR), becomes its body too: a process has one XLA
+    device, and on a host without CUDA the context raises where the original, given index -1, did nothing.
 
 Why:
     A CUDA stream only overlaps a host-to-device copy with compute; XLA has no user streams (the device
@@ -35,6 +37,8 @@ from xla_migrate.engine.rule import Rule
 STREAM_CLASSES = ("torch.cuda.Stream", "torch.cuda.streams.Stream")
 STREAM_CONTEXTS = ("torch.cuda.stream", "torch.cuda.streams.stream")
 CURRENT_STREAMS = ("torch.cuda.current_stream", "torch.cuda.default_stream")
+# Contexts that select the current CUDA device (SimCLR's `with torch.cuda.device(args.gpu_index):`).
+DEVICE_CONTEXTS = ("torch.cuda.device", "torch.cuda.device_of")
 # Methods whose call, as a statement, only orders work between CUDA streams.
 _ORDERING = ("wait_stream", "synchronize")
 
@@ -46,7 +50,7 @@ class CudaStreamsRemoved(Rule):
     on_xla_code = True  # a CUDA stream in code that already runs on XLA fails the same way
 
     def visit_Module(self, node: cst.Module) -> None:
-        if "stream" not in self.ctx.input_code:
+        if "stream" not in self.ctx.input_code and "cuda.device" not in self.ctx.input_code:
             return
         calls = patterns.find_all(node, lambda n: isinstance(n, cst.Call))
         for call in calls:
@@ -55,6 +59,9 @@ class CudaStreamsRemoved(Rule):
         for call in calls:
             if self.ctx.is_call_to(call, *STREAM_CONTEXTS):
                 self._context(call, None)
+            elif self.ctx.is_call_to(call, *DEVICE_CONTEXTS) and self._plain_argument(call):
+                self._unwrap(call, f"with {patterns.code_of(call)}: -> its body: one XLA device per process, "
+                                   "no CUDA device to select (on a host without CUDA the context raises)")
             elif patterns.method_call(call, "record_stream"):
                 self._ordering(call, None)
             elif patterns.method_call(call, "wait_stream") and self._current(call.func.value):
@@ -150,6 +157,20 @@ class CudaStreamsRemoved(Rule):
             if not (patterns.dotted_name(arg) == "None"
                     or (isinstance(arg, cst.Call) and self.ctx.is_call_to(arg, *STREAM_CLASSES) and not arg.args)):
                 return
+        self._unwrap(call, f"with {patterns.code_of(call)}: -> its body: XLA has no CUDA streams")
+
+    def _plain_argument(self, call: cst.Call) -> bool:
+        """``torch.cuda.device(args.gpu_index)``: an argument whose evaluation does nothing else."""
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return False
+        value = call.args[0].value
+        return isinstance(value, (cst.Integer, cst.Name, cst.SimpleString)) or (
+            patterns.dotted_name(value) is not None) or (
+            isinstance(value, cst.Subscript) and patterns.dotted_name(value.value) is not None)
+
+    def _unwrap(self, call: cst.Call, note: str) -> None:
+        if not self._unwrappable(call):
+            return
         statement = self.ctx.parent(self.ctx.parent(call))
         if statement in self.ctx.edits.replace:
             return
@@ -163,7 +184,7 @@ class CudaStreamsRemoved(Rule):
             first = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
             return cst.FlattenSentinel([first, *body[1:]]) if len(body) > 1 else first
 
-        self.replace(statement, unwrapped, f"with {patterns.code_of(call)}: -> its body: XLA has no CUDA streams")
+        self.replace(statement, unwrapped, note)
 
     def _unwrappable(self, call: cst.Call) -> bool:
         """The only item of a ``with`` (no ``as``), whose block keeps no comment on its header or after it."""
