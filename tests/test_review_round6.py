@@ -94,9 +94,6 @@ def test_tied_weights_are_tied_again_after_the_move(migrated, target):
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
-@known_defect(30, "torch.nn.CTCLoss has no XLA lowering (aten::_ctc_loss and its backward run on the CPU fallback: "
-                  "14 executions for 5 steps on the fixture's 2.9 output) and gets no finding "
-                  "(deep-text-recognition-benchmark train.py:101, :162)")
 @BOTH
 def test_ctc_loss_is_reported(migrated, target):
     run = migrated("30-ctc-loss-cpu-fallback-unreported", target)
