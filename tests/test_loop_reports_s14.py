@@ -26,3 +26,27 @@ def test_ctc_loss_is_reported_at_construction_and_functional_call(target):
 def test_other_losses_are_not_reported():
     source = "import torch.nn as nn\ncriterion = nn.CrossEntropyLoss()\nctc = 'nn.CTCLoss'\n"
     assert not migrate(source, select=["XLA317"], target="2.9").findings
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_no_read_finding_on_a_cpu_tensor_and_interval_reads_say_so(target):
+    """Issue 33: a tensor built without a device and filled with .item() (llama2.c's estimate_loss) is on the
+    CPU: comparing it is no device sync. A device read under `if step % eval_interval == 0` runs every
+    eval_interval steps, not every step."""
+    source = (FIXTURES / "XLA311" / "cpu_tensor_at_interval.in.py").read_text()
+    result = migrate(source, select=["XLA311"], target=target)
+    assert result.code == source
+    found = {f.line: f.message for f in result.findings}
+    assert sorted(found) == [15, 31], found
+    assert "every evaluation batch" in found[15]
+    assert "every eval_interval steps (under the test at line 25)" in found[31] and "every step" not in found[31]
+
+
+def test_a_tensor_moved_to_the_device_is_not_a_cpu_tensor():
+    source = ("import torch\nmodel = torch.nn.Linear(2, 1).cuda()\n"
+              "def estimate_loss():\n    losses = torch.zeros(4)\n    losses = losses.to('cuda')\n"
+              "    losses[0] = model(torch.ones(2, device='cuda')).sum()\n    return losses.mean()\n"
+              "for step in range(10):\n    val_loss = estimate_loss()\n    if val_loss < 1.0:\n        print('low')\n"
+              "    loss = model(torch.ones(2, device='cuda')).sum()\n    loss.backward()\n")
+    found = migrate(source, select=["XLA311"], target="2.9").findings
+    assert [f.line for f in found] == [10], [(f.line, f.message) for f in found]

@@ -104,9 +104,6 @@ def test_ctc_loss_is_reported(migrated, target):
 # Severity L (a finding that sends a human to code that is fine) -----------------------------------------------
 
 
-@known_defect(33, "XLA311 'a condition on a tensor's value reads it to the host every step' on the comparison of a "
-                  "CPU tensor (torch.zeros without a device, filled by .item()) at the evaluation interval "
-                  "(llama2.c train.py:278)")
 @BOTH
 def test_no_read_finding_on_a_cpu_tensor(migrated, target):
     run = migrated("33-false-finding-on-cpu-tensor-compare", target)
