@@ -50,3 +50,16 @@ def test_a_tensor_moved_to_the_device_is_not_a_cpu_tensor():
               "    loss = model(torch.ones(2, device='cuda')).sum()\n    loss.backward()\n")
     found = migrate(source, select=["XLA311"], target="2.9").findings
     assert [f.line for f in found] == [10], [(f.line, f.message) for f in found]
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_fixed_padding_under_an_unmasked_mean_is_reported(target):
+    """Issue 36: the collate is padded to max_length (one graph) and the finding names the forward that
+    averages over the padded axis without a mask (line 14); the masked model (line 20) is not named."""
+    source = (FIXTURES / "XLA316" / "unmasked_mean_over_padding.in.py").read_text()
+    result = migrate(source, select=["XLA316"], target=target)
+    assert "new_zeros((max_length," in result.code
+    found = [(f.line, f.message) for f in result.findings]
+    assert len(found) == 1 and found[0][0] == 25, found
+    assert "NBoW.forward reduces over the padded axis without a mask at line 14" in found[0][1]
+    assert "MaskedNBoW" not in found[0][1]

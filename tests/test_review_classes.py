@@ -161,8 +161,6 @@ def test_launch_after_a_folded_device_count_stays_reachable(migrated, target):
     assert not guarded or counted or reported, f"main() today:\n{text}"
 
 
-@known_defect(36, "XLA316 pads every batch to max_length under a model that averages over the padded axis "
-                  "without a mask (a different model); no finding asks for a review")
 @BOTH
 def test_fixed_padding_under_an_unmasked_mean_is_reported(migrated, target):
     run = migrated("36-fixed-padding-changes-unmasked-mean", target)
