@@ -63,3 +63,16 @@ def test_fixed_padding_under_an_unmasked_mean_is_reported(target):
     assert len(found) == 1 and found[0][0] == 25, found
     assert "NBoW.forward reduces over the padded axis without a mask at line 14" in found[0][1]
     assert "MaskedNBoW" not in found[0][1]
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_hf_rules_report_on_xla_code_without_editing_it(target):
+    """Issue 33: XLA601-604 run on a script already on torch_xla (a rerun on the tool's own output keeps their
+    findings), their edits reported instead of made."""
+    source = (FIXTURES / "XLA603" / "already_on_xla.in.py").read_text()
+    result = migrate(source, select=["XLA603"], target=target)
+    assert result.code == source
+    found = sorted((f.line, f.message.split(":")[0]) for f in result.findings)
+    assert found == [(7, "DataCollatorWithPadding(tokenizer, padding=True)"),
+                     (7, "not applied (the script already runs on torch_xla)"),
+                     (8, 'tokenizer(["a b", "c"], padding="max_length", truncation=...')], found

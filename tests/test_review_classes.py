@@ -286,8 +286,6 @@ def test_reads_in_a_method_of_an_attribute_object_are_reported(migrated, target)
 # Severity L (report, dead code) --------------------------------------------------------------------------------
 
 
-@known_defect(33, "migrating the output again drops XLA601/602/603/604 (5 findings -> 1) while fp16=True, "
-                  "the padding, num_workers=0 and the missing main() are all still there")
 @BOTH
 def test_findings_stay_on_a_rerun_of_the_output(target):
     source = REVIEW / "33-findings-vanish-on-rerun" / "finetune.py"
