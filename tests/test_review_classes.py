@@ -161,8 +161,6 @@ def test_launch_after_a_folded_device_count_stays_reachable(migrated, target):
     assert not guarded or counted or reported, f"main() today:\n{text}"
 
 
-@known_defect(36, "XLA316 pads every batch to max_length under a model that averages over the padded axis "
-                  "without a mask (a different model); no finding asks for a review")
 @BOTH
 def test_fixed_padding_under_an_unmasked_mean_is_reported(migrated, target):
     run = migrated("36-fixed-padding-changes-unmasked-mean", target)
@@ -288,8 +286,6 @@ def test_reads_in_a_method_of_an_attribute_object_are_reported(migrated, target)
 # Severity L (report, dead code) --------------------------------------------------------------------------------
 
 
-@known_defect(33, "migrating the output again drops XLA601/602/603/604 (5 findings -> 1) while fp16=True, "
-                  "the padding, num_workers=0 and the missing main() are all still there")
 @BOTH
 def test_findings_stay_on_a_rerun_of_the_output(target):
     source = REVIEW / "33-findings-vanish-on-rerun" / "finetune.py"

@@ -50,9 +50,6 @@ def test_a_negated_cuda_guard_keeps_the_cuda_path_off(migrated, target):
     assert off, f"__init__() today:\n{text}\nfindings: {_show(run.findings['attend.py'])}"
 
 
-@known_defect(29, "XLA315 puts xr.initialize_cache at the top of a helper module that only a notebook imports, after "
-                  "it has trained: AssertionError 'Computation cache has already been initialized' at the import "
-                  "(pytorch-deep-learning going_modular predictions.py, notebook 07)")
 def test_no_compile_cache_in_a_module_a_notebook_imports(tmp_path):
     run = _tree_run(REVIEW / "29-compile-cache-in-module-imported-late", "2.9", tmp_path)
     calls = [ast.unparse(n) for n in ast.walk(ast.parse(run.code["predict.py"]))

@@ -85,9 +85,6 @@ def test_tied_weights_are_tied_again_after_the_move(migrated, target):
 # Severity G (extra graphs / host reads per step) --------------------------------------------------------------
 
 
-@known_defect(30, "torch.nn.CTCLoss has no XLA lowering (aten::_ctc_loss and its backward run on the CPU fallback: "
-                  "14 executions for 5 steps on the fixture's 2.9 output) and gets no finding "
-                  "(deep-text-recognition-benchmark train.py:101, :162)")
 @BOTH
 def test_ctc_loss_is_reported(migrated, target):
     run = migrated("30-ctc-loss-cpu-fallback-unreported", target)
@@ -98,9 +95,6 @@ def test_ctc_loss_is_reported(migrated, target):
 # Severity L (a finding that sends a human to code that is fine) -----------------------------------------------
 
 
-@known_defect(33, "XLA311 'a condition on a tensor's value reads it to the host every step' on the comparison of a "
-                  "CPU tensor (torch.zeros without a device, filled by .item()) at the evaluation interval "
-                  "(llama2.c train.py:278)")
 @BOTH
 def test_no_read_finding_on_a_cpu_tensor(migrated, target):
     run = migrated("33-false-finding-on-cpu-tensor-compare", target)

@@ -34,6 +34,7 @@ FIX = "pass dataloader_num_workers=<at least the number of devices, fewer than t
 
 class HfDataloaderWorkers(Rule):
     code = "XLA604"
+    reports_on_xla_code = True  # a rerun on its own output keeps the findings (issue 33)
     name = "hf-dataloader-workers"
     summary = "TrainingArguments with dataloader_num_workers left at 0 are reported (use at least the device count)"
 

@@ -51,6 +51,7 @@ TRAINERS = ("transformers.", "trl.")
 
 class HfMpFnEntryPoint(Rule):
     code = "XLA602"
+    reports_on_xla_code = True  # a rerun on its own output keeps the findings (issue 33)
     name = "hf-mp-fn-entry-point"
     summary = "HF Trainer and no_trainer scripts get def _mp_fn(index): main() for the XLA launchers"
 

@@ -7,8 +7,9 @@ What it does:
     ``DataCollatorForSeq2Seq`` and ``DataCollatorForTokenClassification`` without ``padding`` (their default
     is ``True``) get it added. A ``max_length`` already given is kept; without one the call is reported, since
     ``"max_length"`` then pads to the tokenizer's ``model_max_length`` (often 512, sometimes unbounded) and a
-    length must be chosen. ``padding="max_length"``, ``False``, ``"do_not_pad"`` and non-literal values are
-    left alone.
+    length must be chosen (also where ``padding="max_length"`` was written so, or by a first run: a rerun on
+    the output keeps the finding). ``False``, ``"do_not_pad"`` and non-literal values are left alone. On a
+    script already on torch_xla the rewrite is reported, not made (as XLA601, XLA602 and XLA604 do).
 
 Why:
     The seeds: use ``padding='max_length'``, not ``'longest'``: padding to the longest sequence of each batch
@@ -62,6 +63,7 @@ def _is_dynamic(value: cst.BaseExpression) -> bool:
 
 class HfStaticPadding(Rule):
     code = "XLA603"
+    reports_on_xla_code = True  # a rerun on its own output keeps the findings (issue 33)
     name = "hf-static-padding"
     summary = 'tokenizer and collator padding=True/"longest" -> padding="max_length" (a max_length must be chosen)'
     fix_safety = "review"
@@ -83,8 +85,10 @@ class HfStaticPadding(Rule):
             value = cst.SimpleString(f"{quote}max_length{quote}")
             self.replace(padding.value, value, f"padding={short(padding.value)} -> padding={value.value}")
             self._enum_import_may_be_dead(padding.value)
-        else:
+        elif patterns.string_value(padding.value) != "max_length":
             return
+        # padding="max_length" as written (or as a first run wrote it): the same finding, so a rerun on the
+        # output keeps it (issue 33).
         if patterns.keyword(node, "max_length") is None:
             self.finding(node, f"{short(node)}: padding=\"max_length\" without max_length pads to the tokenizer's "
                                "model_max_length", "pass max_length=<the longest sequence the task needs>")

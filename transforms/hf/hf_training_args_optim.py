@@ -40,6 +40,7 @@ from xla_migrate.transforms.common import short
 
 class HfXlaOptimizer(Rule):
     code = "XLA601"
+    reports_on_xla_code = True  # a rerun on its own output keeps the findings (issue 33)
     name = "hf-xla-optimizer"
     summary = 'TrainingArguments / Seq2SeqTrainingArguments / SFTConfig -> optim="adamw_torch_xla" (also after parsing)'
     fix_safety = "review"

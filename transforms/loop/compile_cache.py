@@ -1,9 +1,10 @@
 """XLA315 persistent-compile-cache: the program's entry file sets up torch_xla's persistent compilation cache.
 
 What it does:
-    In the file a program starts from (a ``__main__`` block, training code at module level, or the project
-    index's entry file) that uses a device or runs a training or evaluation loop, inserts once, right after
-    the leading imports::
+    In the file a program starts from (a ``__main__`` block, training code at module level, a module-level
+    call of one of its own functions such as ``main()``, or a launcher; in a project also no other module
+    imports it) that uses a device or runs a training or evaluation loop, inserts once, right after the
+    leading imports::
 
         xr.initialize_cache(os.path.expanduser("~/.cache/xla_compile"), readonly=False)
 
@@ -13,7 +14,9 @@ What it does:
     code again when they import it, and inherit the settings besides. Not in a notebook (a cell run twice
     would call it after the first computation, which torch_xla refuses), nor in a file that already calls it
     or builds an ``accelerate.Accelerator``, nor in a project's ``hubconf.py`` or a module that another imports,
-    even with ``from module import *`` (``torch.hub`` or the importer runs it after the first computation).
+    even with ``from module import *`` (``torch.hub`` or the importer runs it after the first computation),
+    nor in a helper module that only binds a device and defines functions (a notebook or a user's script
+    imports it after training: "Computation cache has already been initialized" at the import).
     The ``2.9`` target only. The cache folder is in the change's
     message.
 
@@ -63,7 +66,7 @@ class PersistentCompileCache(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
-        if not self._entry() or ctx.facts.uses_accelerate or _NOTEBOOK_CELL in ctx.input_code:
+        if not self._entry(node) or ctx.facts.uses_accelerate or _NOTEBOOK_CELL in ctx.input_code:
             return
         if not (ctx.facts.device_bindings or ctx.steps.loops):
             return
@@ -81,15 +84,37 @@ class PersistentCompileCache(Rule):
                            f"persistent compilation cache in {CACHE_FOLDER}: {code} (once per process, before the "
                            "first device use; later runs load compiled graphs instead of compiling)")
 
-    def _entry(self) -> bool:
+    def _entry(self, node: cst.Module) -> bool:
         ctx = self.ctx
+        if not self._starts_program(node):
+            # A helper module (device bound at module level, functions only): a notebook or a user's script
+            # imports it after its first computation, and initialize_cache then raises (issue 29).
+            return False
         if ctx.project is not None:
             # An entry file no other module imports: a module imported late (inside a function, after the
             # first computation) would call it too late, and torch_xla refuses that.
             # torch.hub imports a repository's hubconf.py into the user's running program: never an entry.
             return ctx.project.is_entry and not ctx.project.index.importers(ctx.project.rel) and \
                 ctx.project.rel.rsplit("/", 1)[-1] != "hubconf.py"
-        return ctx.facts.main_guard is not None or any(s.function is None for s in ctx.steps.loops.values())
+        return True
+
+    def _starts_program(self, node: cst.Module) -> bool:
+        """The file runs a program when executed: a ``__main__`` block, a training or evaluation loop at module
+        level, or a module-level call of one of its own functions (``main()`` without the guard) or a launcher."""
+        ctx = self.ctx
+        if ctx.facts.main_guard is not None or any(s.function is None for s in ctx.steps.loops.values()):
+            return True
+        if ctx.project is not None and ctx.project.index.modules[ctx.project.rel].launcher:
+            return True
+        functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
+        for statement in node.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                value = getattr(small, "value", None)
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in functions:
+                    return True
+        return False
 
     def _calls(self, node: cst.Module) -> list[cst.Call]:
         return patterns.find_all(node, lambda n: isinstance(n, cst.Call) and patterns.method_call(

@@ -38,6 +38,13 @@ What it does:
     rule moves it. ``torch.cuda.synchronize()`` in every step (``xm.wait_device_ops()`` on XLA) is reported
     too: the host then waits for the device each step.
 
+    Not reads (issue 33): a tensor built on the CPU (a torch factory without ``device=``, ``losses =
+    torch.zeros(eval_iters)`` filled with ``.item()``), what is computed from it without a move
+    (``losses.mean()``), and a name bound to a call of the module's function returning only such values
+    (llama2.c's ``val_loss = estimate_loss()``): comparing or reading them syncs nothing on the device. A
+    read under ``if step % eval_interval == 0:`` (also through the calls on its path) says ``every
+    eval_interval steps``, not every step.
+
 Why:
     Each read runs the step's graph up to that value before the step ends: a second graph execution every
     step (measured: ``loss.item()`` every step, 2 compiles and 40 executions for 20 steps instead of 1 and
@@ -69,6 +76,7 @@ from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 from xla_migrate.analysis.steps import Region
 from xla_migrate.transforms.common import short
+from xla_migrate.transforms.loop import host_tensors
 
 ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and read it once after the loop "
               "or every N steps, or log it through xm.add_step_closure")
@@ -88,10 +96,33 @@ class LazyTensorHostReads(Rule):
     on_xla_code = True  # reports only: it runs on code already on XLA too
     reports_only = True
 
-    def _report(self, node: cst.CSTNode, region: Region, fix: str, what: str) -> None:
+    def _cpu_names(self, region: Region) -> set[str]:
+        """Names holding CPU tensors where the region runs (host_tensors), once per scope."""
+        cache = self.__dict__.setdefault("_cpu_cache", {})
+        key = id(region.function if region.in_callee else region.step.loop)
+        if key not in cache:
+            cache[key] = host_tensors.region_cpu_names(self.ctx, region)
+        return cache[key]
+
+    def _reads_cpu_tensor(self, node: cst.Call, region: Region) -> bool:
+        """``val_loss.item()`` / ``float(val_loss)`` of a CPU tensor: nothing comes from the device."""
+        read = node.func.value if isinstance(node.func, cst.Attribute) else (
+            node.args[0].value if node.args else None)
+        return read is not None and host_tensors.on_cpu(self.ctx, read, self._cpu_names(region))
+
+    def _every(self, node: cst.CSTNode, region: Region) -> tuple[str, str]:
+        """How often the read runs (``every step``, ``every evaluation batch``, ``every eval_interval steps``
+        under ``if step % eval_interval == 0``) and the call path it runs through."""
         every = "every step" if region.step.kind == "train" else "every evaluation batch"
-        every += tensor_tests.repeated(self.ctx, node, region)
         where = steps.describe_path(self.ctx, region)
+        sometimes = host_tensors.interval(self.ctx, node, region) if region.step.kind == "train" else ""
+        if sometimes:
+            every = sometimes
+            where = where.replace("run every step by", "run by")
+        return every + tensor_tests.repeated(self.ctx, node, region), where
+
+    def _report(self, node: cst.CSTNode, region: Region, fix: str, what: str) -> None:
+        every, where = self._every(node, region)
         self.finding(node, f"{short(node)}{where}: {what} {every} (a device sync: the graph runs mid-step)", fix)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -111,6 +142,8 @@ class LazyTensorHostReads(Rule):
             self._computed_after_the_barrier(node, region)
             return
         if not steps.reads(ctx, node, set()) == [node] and not self._is_conversion(node, region):
+            return
+        if self._reads_cpu_tensor(node, region):
             return
         if steps.is_logging_read(ctx, node) or self._in_condition(node) or ctx.steps.moves_read(node):
             return
@@ -270,13 +303,11 @@ class LazyTensorHostReads(Rule):
         if ctx.steps.moves_read(node) or self._runs_once(node.test, region):
             return
         names = (ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)) - \
-            tensor_tests.host_bound_names(ctx, region)
+            tensor_tests.host_bound_names(ctx, region) - self._cpu_names(region)
         # Explicit reads (``.item()``), or a test of a tensor: not its identity or a membership without one.
         if steps.reads(ctx, node.test, set()) or tensor_tests.tensor_valued(ctx, node.test, names,
                                                                             self._batches(region)):
-            every = "every step" if region.step.kind == "train" else "every evaluation batch"
-            every += tensor_tests.repeated(ctx, node, region)
-            where = steps.describe_path(ctx, region)
+            every, where = self._every(node, region)
             if isinstance(node, cst.Assert):
                 self.finding(node.test, f"assert {short(node.test)}{where}: an assert on a tensor's value reads it "
                                         f"to the host {every} (a device sync: the graph runs mid-step)", ASSERT)

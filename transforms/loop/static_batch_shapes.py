@@ -7,7 +7,10 @@ What it does:
       the script has its own maximum length (a module-level ``MAX_LEN = 64``, ``max_seq_len``, ``block_size``,
       ...), the batch is padded to that length: a zero sequence of that length joins the batch and is
       dropped again (``pad_sequence([*seqs, seqs[0].new_zeros((MAX_LEN, *seqs[0].shape[1:]))], ...)[:-1]``;
-      ``[:, :-1]`` without ``batch_first=True``). Longer sequences still pad to their own length;
+      ``[:, :-1]`` without ``batch_first=True``). Longer sequences still pad to their own length. Where a
+      ``forward`` of the script reduces over the padded axis with no mask or lengths in sight
+      (``self.embedding(ids).mean(dim=1)``, ``torch.sum(x, 1)``, max/min/logsumexp too), the rewrite is
+      also a finding naming that line: the model now reads more padding (issue 36);
     - a corpus that ``batchify`` moves to the device (``return data.to(device)``) and ``get_batch`` slices with
       Python offsets (``source[i:i + seq_len]``) inside the training and evaluation loops: ``batchify`` returns
       the corpus on the host and ``get_batch`` moves the slices it returns (``data.to(device)``).
@@ -58,6 +61,7 @@ class StaticBatchShapes(Rule):
     fix_safety = "review"
 
     def visit_Module(self, node: cst.Module) -> None:
+        self.module_node = node
         for collate in shapes.padded_collates(self.ctx):
             if rewritable(collate):
                 self._fixed_length(collate)
@@ -84,6 +88,15 @@ class StaticBatchShapes(Rule):
         self.replace(call, padded, f"{short(call)} pads to {collate.length} (the script's maximum length), not to "
                                    f"each batch's longest: one shape for every batch (review: padding the model "
                                    "reads changes its result)")
+        for reduction, owner in unmasked_reductions(self.ctx, self.module_node, 1 if first else 0):
+            line = self.ctx.position(reduction)[0]
+            self.finding(call, f"{short(call)} now pads every batch to {collate.length}, and {owner} reduces over "
+                               f"the padded axis without a mask at line {line} ({short(reduction)}): the padding "
+                               f"it reads grows from the batch's longest to {collate.length}, so the model "
+                               "computes a different result (a mean divides by the padded length)",
+                         "mask the padded positions in the reduction (mask = ids != pad_index; (x * mask[..., None])"
+                         ".sum(1) / mask.sum(1, keepdim=True)), or keep this collate as it was (one compilation "
+                         "per batch length) and pad to a few bucket lengths instead")
 
     # The corpus on the host --------------------------------------------------------------------------------
     def _host_corpus(self, corpus: shapes.DeviceCorpus) -> None:
@@ -101,6 +114,39 @@ class StaticBatchShapes(Rule):
                 value=_atom(updated), attr=cst.Name("to")), args=[cst.Arg(cst.Name(device))]),
                 f"{short(element)} -> {short(element)}.to({device}): the slice moves to the device, the corpus "
                 "stays on the host")
+
+
+# Reductions that read every position of the axis they reduce: over padding, their result depends on its length.
+REDUCTIONS = ("mean", "sum", "max", "min", "amax", "amin", "logsumexp", "prod")
+_MASK_WORDS = ("mask", "length", "lens")
+
+
+def unmasked_reductions(ctx, module: cst.Module, axis: int) -> list[tuple[cst.Call, str]]:
+    """(call, "Class.forward") for each reduction over ``axis`` (``x.mean(dim=1)``, ``torch.sum(x, 1)``) in the
+    ``forward`` of a class of the module that mentions no mask or lengths: a model averaging over the padding."""
+    found = []
+    for cls in (n for n in module.body if isinstance(n, cst.ClassDef)):
+        for forward in (n for n in cls.body.body if isinstance(n, cst.FunctionDef) and n.name.value == "forward"):
+            words = {n.value.lower() for n in patterns.find_all(forward, lambda n: isinstance(n, cst.Name))}
+            if any(w in name for name in words for w in _MASK_WORDS):
+                continue
+            for call in patterns.find_all(forward.body, lambda n: isinstance(n, cst.Call)):
+                if _reduces_over(ctx, call, axis):
+                    found.append((call, f"{cls.name.value}.forward"))
+    return found
+
+
+def _reduces_over(ctx, call: cst.Call, axis: int) -> bool:
+    method = patterns.method_call(call, *REDUCTIONS)
+    args = patterns.positional(call)
+    if method is None:
+        names = ctx.qualnames(call.func)
+        if not any(n in names for n in (f"torch.{r}" for r in REDUCTIONS)):
+            return False
+        args = args[1:]
+    dim = patterns.keyword(call, "dim")
+    value = dim.value if dim is not None else (args[0].value if args else None)
+    return isinstance(value, cst.Integer) and int(value.value) == axis
 
 
 def rewritable(collate: shapes.PaddedCollate) -> bool:

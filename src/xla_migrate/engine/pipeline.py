@@ -258,8 +258,10 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
         ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel,
                                project=project)
+        reported_on_xla: frozenset[str] = frozenset()
         if ctx.facts.runs_on_xla:
-            rules = [rule for rule in rules if rule.on_xla_code]
+            reported_on_xla = frozenset(r.code for r in rules if r.reports_on_xla_code and not r.on_xla_code)
+            rules = [rule for rule in rules if rule.on_xla_code or rule.code in reported_on_xla]
         suppressed = suppressions.scan(ctx.input_code)
         if suppressed.skip_file:
             rules = []
@@ -274,6 +276,9 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
                 module.visit(batched)
     if report_only:
         _report_instead_of_editing(ctx, report_only)
+    if reported_on_xla:
+        _report_instead_of_editing(ctx, reported_on_xla, "the script already runs on torch_xla",
+                                   "make it by hand where it applies")
     applied = _applied(ctx, _apply_with_leftovers(ctx, suppressed))
     # Module.code renders the whole tree each time it is read: render the output once per version (the
     # input's render came with its positions).
@@ -338,16 +343,18 @@ def _drop_suppressed_edits(ctx: MigrationContext, suppressed: suppressions.Suppr
         ctx.changes = [change for change in ctx.changes if id(change) not in dropped]
 
 
-def _report_instead_of_editing(ctx: MigrationContext, codes: frozenset[str]) -> None:
-    """--safe-only: the edits of these rules are not applied; each is reported for a person instead."""
+def _report_instead_of_editing(ctx: MigrationContext, codes: frozenset[str], why: str = "fix safety: review",
+                               fix: str = "review it and make it by hand, or run without --safe-only") -> None:
+    """--safe-only (or a rule's ``reports_on_xla_code`` on XLA code): the edits of these rules are not applied;
+    each is reported for a person instead."""
     dropped = [change for _, change in ctx.edits.records() if change.code in codes]
     if not dropped:
         return
     ids = {id(change) for change in dropped}
     ctx.edits = ctx.edits.keeping({id(change) for _, change in ctx.edits.records()} - ids)
     ctx.changes = [change for change in ctx.changes if id(change) not in ids]
-    ctx.findings += [Finding(change.line, change.column, change.code, f"not applied (fix safety: review): "
-                             f"{change.message}", "review it and make it by hand, or run without --safe-only", None,
+    ctx.findings += [Finding(change.line, change.column, change.code, f"not applied ({why}): "
+                             f"{change.message}", fix, None,
                              change.end_line, change.end_column)
                      for change in dropped]
 

@@ -42,6 +42,9 @@ class Rule(BatchableCSTVisitor):
     # Of those, the rules that only report: they also see the CUDA paths that code already on XLA keeps
     # (ctx.on_live_cuda_path), which the engine hides from the rules that edit.
     reports_only: ClassVar[bool] = False
+    # Runs on scripts already on torch_xla with its edits reported instead of made: its findings (what the
+    # program still needs) do not vanish when the tool runs on its own output (issue 33).
+    reports_on_xla_code: ClassVar[bool] = False
 
     def __init__(self, ctx: MigrationContext) -> None:
         super().__init__()

@@ -1,0 +1,78 @@
+"""Loop-family reports added in session 14: the CTC loss's CPU fallback (XLA317), reported on its lines with
+the fix, the code left as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xla_migrate import migrate
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_ctc_loss_is_reported_at_construction_and_functional_call(target):
+    source = (FIXTURES / "XLA317" / "ctc_loss.in.py").read_text()
+    result = migrate(source, select=["XLA317"], target=target)
+    assert result.code == source
+    assert [f.line for f in result.findings] == [7, 16]
+    assert result.findings[0].message.startswith("nn.CTCLoss: CTC loss has no XLA lowering")
+    assert result.findings[1].message.startswith("ctc_loss(...): CTC loss has no XLA lowering")
+    assert all("logsumexp" in f.fix for f in result.findings)
+
+
+def test_other_losses_are_not_reported():
+    source = "import torch.nn as nn\ncriterion = nn.CrossEntropyLoss()\nctc = 'nn.CTCLoss'\n"
+    assert not migrate(source, select=["XLA317"], target="2.9").findings
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_no_read_finding_on_a_cpu_tensor_and_interval_reads_say_so(target):
+    """Issue 33: a tensor built without a device and filled with .item() (llama2.c's estimate_loss) is on the
+    CPU: comparing it is no device sync. A device read under `if step % eval_interval == 0` runs every
+    eval_interval steps, not every step."""
+    source = (FIXTURES / "XLA311" / "cpu_tensor_at_interval.in.py").read_text()
+    result = migrate(source, select=["XLA311"], target=target)
+    assert result.code == source
+    found = {f.line: f.message for f in result.findings}
+    assert sorted(found) == [15, 31], found
+    assert "every evaluation batch" in found[15]
+    assert "every eval_interval steps (under the test at line 25)" in found[31] and "every step" not in found[31]
+
+
+def test_a_tensor_moved_to_the_device_is_not_a_cpu_tensor():
+    source = ("import torch\nmodel = torch.nn.Linear(2, 1).cuda()\n"
+              "def estimate_loss():\n    losses = torch.zeros(4)\n    losses = losses.to('cuda')\n"
+              "    losses[0] = model(torch.ones(2, device='cuda')).sum()\n    return losses.mean()\n"
+              "for step in range(10):\n    val_loss = estimate_loss()\n    if val_loss < 1.0:\n        print('low')\n"
+              "    loss = model(torch.ones(2, device='cuda')).sum()\n    loss.backward()\n")
+    found = migrate(source, select=["XLA311"], target="2.9").findings
+    assert [f.line for f in found] == [10], [(f.line, f.message) for f in found]
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_fixed_padding_under_an_unmasked_mean_is_reported(target):
+    """Issue 36: the collate is padded to max_length (one graph) and the finding names the forward that
+    averages over the padded axis without a mask (line 14); the masked model (line 20) is not named."""
+    source = (FIXTURES / "XLA316" / "unmasked_mean_over_padding.in.py").read_text()
+    result = migrate(source, select=["XLA316"], target=target)
+    assert "new_zeros((max_length," in result.code
+    found = [(f.line, f.message) for f in result.findings]
+    assert len(found) == 1 and found[0][0] == 25, found
+    assert "NBoW.forward reduces over the padded axis without a mask at line 14" in found[0][1]
+    assert "MaskedNBoW" not in found[0][1]
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_hf_rules_report_on_xla_code_without_editing_it(target):
+    """Issue 33: XLA601-604 run on a script already on torch_xla (a rerun on the tool's own output keeps their
+    findings), their edits reported instead of made."""
+    source = (FIXTURES / "XLA603" / "already_on_xla.in.py").read_text()
+    result = migrate(source, select=["XLA603"], target=target)
+    assert result.code == source
+    found = sorted((f.line, f.message.split(":")[0]) for f in result.findings)
+    assert found == [(7, "DataCollatorWithPadding(tokenizer, padding=True)"),
+                     (7, "not applied (the script already runs on torch_xla)"),
+                     (8, 'tokenizer(["a b", "c"], padding="max_length", truncation=...')], found
