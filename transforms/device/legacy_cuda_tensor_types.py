@@ -186,8 +186,9 @@ class LegacyCudaTensorTypes(Rule):
             return
         self._rewritten.add(argument)
         torch = self.ctx.local_name("torch", "torch")
-        cpu = cst.SimpleString(f'"torch.{type_name}"') if text is not None else \
-            patterns.parsed_expression(f"{torch}.{type_name}")
+        # A string keeps its quotes and prefix (`'torch.cuda.FloatTensor'` -> `'torch.FloatTensor'`).
+        cpu = argument.with_changes(value=argument.value.replace("torch.cuda.", "torch.", 1)) \
+            if isinstance(argument, cst.SimpleString) else patterns.parsed_expression(f"{torch}.{type_name}")
         self.replace(argument, lambda updated: cpu,
                      f"{short(node)}: the default tensor type stays on the CPU ({short(cpu)}): tensors built "
                      "without a device (torch.Tensor(n), torch.zeros(n)) start on the CPU, where the original's "
