@@ -133,11 +133,7 @@ class LegacyCudaTensorTypes(Rule):
             if type_name is not None:
                 self._construction(node, type_name)
             elif patterns.method_call(node, "type") and len(node.args) == 1 and node.args[0].keyword is None:
-                argument = node.args[0].value
-                type_name = self._legacy_type(argument)
-                text = patterns.string_value(argument)
-                if type_name is None and text is not None and text.startswith("torch.cuda."):
-                    type_name = text.rpartition(".")[2] if text.rpartition(".")[2] in DTYPES else None
+                type_name = self._named_type(node.args[0].value)
                 if type_name is not None:
                     self._conversion(node, type_name)
             elif "torch.set_default_tensor_type" in self.ctx.qualnames(node.func) and len(node.args) == 1:
@@ -174,14 +170,20 @@ class LegacyCudaTensorTypes(Rule):
 
         self.replace(node, to_device, f"{short(node)} -> {short(to_device(node), 80)}")
 
-    def _default_type(self, node: cst.Call) -> None:
-        """``torch.set_default_tensor_type("torch.cuda.FloatTensor")`` (ssd.pytorch): the CPU type of that dtype
-        (a CUDA default raises on an XLA host: no driver, or no CUDA type in a CPU build of torch)."""
-        argument = node.args[0].value
+    def _named_type(self, argument: cst.BaseExpression) -> str | None:
+        """The legacy CUDA type an argument names: a type expression, a name bound to one, or its string
+        (``"torch.cuda.FloatTensor"``)."""
         type_name = self._legacy_type(argument)
         text = patterns.string_value(argument)
         if type_name is None and text is not None and text.startswith("torch.cuda."):
             type_name = text.rpartition(".")[2] if text.rpartition(".")[2] in DTYPES else None
+        return type_name
+
+    def _default_type(self, node: cst.Call) -> None:
+        """``torch.set_default_tensor_type("torch.cuda.FloatTensor")`` (ssd.pytorch): the CPU type of that dtype
+        (a CUDA default raises on an XLA host: no driver, or no CUDA type in a CPU build of torch)."""
+        argument = node.args[0].value
+        type_name = self._named_type(argument)
         if type_name is None:
             return
         self._rewritten.add(argument)
