@@ -395,3 +395,47 @@ def test_the_loader_records_unseeded_python_draws_and_device_flags_in_the_origin
     kinds = [(e["event"], e.get("kind"), e["where"]) for e in plain.events]
     assert kinds == [("device-flags", None, f"{script}:5"), ("random", "unseeded python", f"{script}:6")]
     assert plain.events[0]["flags"] == {"cuda": False}
+
+
+# The original's working folder ----------------------------------------------------------------------------------
+
+
+def test_the_originals_folder_mirrors_the_users_without_what_the_migrated_run_wrote(tmp_path):
+    from xla_migrate.verify import workdirs
+
+    user = tmp_path / "user"
+    write(user, "data/train/a.txt", "a\n")
+    write(user, "runs/old/log.txt", "old\n")
+    write(user, "notes.txt", "mine\n")
+    write(user, "gone.txt", "removed by the run\n")
+    before = workdirs.list_folder(user)
+    write(user, "ckpt/checkpoint.pth", "xla\n")  # what the migrated run writes
+    write(user, "runs/new/log.txt", "xla\n")
+    write(user, "data/train/b.txt", "b\n")
+    (user / "gone.txt").unlink()
+    added = workdirs.added_since(before)
+    assert added == ["ckpt", "data/train/b.txt", "runs/new"]
+    mirror = workdirs.mirror_without(before, added, tmp_path / "mirror")
+    assert sorted(p.name for p in mirror.iterdir()) == ["data", "notes.txt", "runs"]
+    assert (mirror / "notes.txt").is_symlink() and (mirror / "notes.txt").read_text() == "mine\n"
+    assert not (mirror / "data").is_symlink() and (mirror / "runs" / "old").is_symlink()
+    assert sorted(p.name for p in (mirror / "data" / "train").iterdir()) == ["a.txt"]
+    assert sorted(p.name for p in (mirror / "runs").iterdir()) == ["old"]
+    (mirror / "runs" / "original.txt").write_text("the original's\n")  # lands in the mirror's own folder
+    import shutil
+    shutil.rmtree(mirror)  # removes links, never what they point to
+    assert (user / "runs" / "old" / "log.txt").read_text() == "old\n" and (user / "data/train/a.txt").exists()
+    assert not (user / "runs" / "original.txt").exists() and (user / "ckpt" / "checkpoint.pth").exists()
+
+
+def test_a_folder_past_the_listing_limit_is_linked_whole(tmp_path):
+    from xla_migrate.verify import workdirs
+
+    for index in range(5):
+        write(tmp_path / "user", f"big/f{index}.txt", "x\n")
+    before = workdirs.list_folder(tmp_path / "user", limit=1)  # lists the top folder only
+    assert set(before.names) == {""}
+    write(tmp_path / "user", "big/new.txt", "x\n")
+    assert workdirs.added_since(before) == []
+    mirror = workdirs.mirror_without(before, [], tmp_path / "mirror")
+    assert (mirror / "big").is_symlink()

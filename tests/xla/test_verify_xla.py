@@ -367,6 +367,31 @@ def test_verify_after_a_tree_run_checks_the_entry_in_the_mirror_each_run_importi
                                             str(tmp_path / "proj" / "helper.py")]
 
 
+def test_the_original_starts_from_the_working_folder_as_the_xla_run_found_it(tmp_path):
+    """Both scripts resume from `ckpt/checkpoint.pth` when it exists: run second in the same folder, the original
+    would load the XLA run's checkpoint and train nothing (barlowtwins' checkpoint folder did that in the
+    real-programs suite). verify runs it in a mirror of the folder without what the XLA run wrote."""
+    python = python_for(CURRENT)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "kept.txt").write_text("the user's own file\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_"))}
+    proc = subprocess.run([str(CLI), "verify", str(FIXTURES / "resumes_xla.py"), *against("resumes_original"),
+                           "--python", str(python), "--format", "json", "ckpt"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=700)
+    report = json.loads(proc.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert (proc.returncode, report["verdict"]["status"]) == (0, "clean"), report["verdict"]["line"]
+    assert report["hidden_from_original"] == ["ckpt"]
+    assert report["losses"]["compared"] == 12 and report["losses"]["max_delta"] <= 1e-3, report["losses"]
+    # the XLA run's checkpoint and the user's files stay; nothing of the original's mirror is left in the folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "data"]
+    assert (tmp_path / "data" / "kept.txt").read_text() == "the user's own file\n"
+    # without the mirror, the original resumes from that checkpoint and prints no loss at all
+    again = subprocess.run([str(python), str(FIXTURES / "resumes_original.py"), "ckpt"], cwd=tmp_path,
+                           env={**env, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "loss" not in again.stdout, again.stdout + again.stderr
+
+
 # Interrupts and timeouts through the command line ------------------------------------------------------------
 
 HANG = """\

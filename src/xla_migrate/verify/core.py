@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 from .losses import (
@@ -32,10 +33,11 @@ from .report import (
     render_text,
 )
 from .paths import Trees, import_paths
+from .workdirs import added_since, list_folder, mirror_without
 from .run import (
     HOW_TO_GET_TORCH_XLA, Analysis, CannotRun, Interpreter, Interrupted, Observation, Process, find_python,
-    loader_source, observe, one_process_world, parse_debug, read_records, remove_stale_workdirs, run_plain,
-    stop_on_signals,
+    loader_source, make_workdir, observe, one_process_world, parse_debug, read_records, remove_stale_workdirs,
+    run_plain, stop_on_signals,
 )
 
 __all__ = [
@@ -472,21 +474,31 @@ def verify(script: str, args=(), *, against: str | None = None, against_args=Non
         trees = Trees.of(script, against)
     migrated_path, original_path = import_paths(dict(os.environ), None, script, against, trees, project_root)
     xla_env = None if devices is None else {**os.environ, "CPU_NUM_DEVICES": str(devices)}
+    before = None if against is None else list_folder(os.getcwd())
     observation = observe(interpreter.path, script, args, device=device, steps=steps, timeout=timeout,
                           pythonpath=migrated_path, deterministic=deterministic, env=xla_env)
     if observation.torch_xla is None:
         observation.torch_xla = interpreter.torch_xla
-    original = None
+    original, hidden = None, []
     if against is not None:
         cut = len(parse_losses(observation.process.stdout, regex)) if observation.stopped else None
-        original = run_plain(interpreter.path, against, list(args if against_args is None else against_args),
-                             loss_regex=regex, timeout=timeout, stop_after_losses=cut or None,
-                             pythonpath=original_path, deterministic=deterministic,
-                             env=None if devices is None else one_process_world())
+        hidden = added_since(before)
+        workdir = make_workdir("cwd") if hidden else None
+        try:
+            original = run_plain(interpreter.path, os.path.abspath(against),
+                                 list(args if against_args is None else against_args),
+                                 cwd=None if workdir is None else str(mirror_without(before, hidden, workdir)),
+                                 loss_regex=regex, timeout=timeout, stop_after_losses=cut or None,
+                                 pythonpath=original_path, deterministic=deterministic,
+                                 env=None if devices is None else one_process_world())
+        finally:
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)  # links are removed, never followed
     report = assess(observation, script, args, python=interpreter.path, device=device, original=original,
                     original_required=original_required, loss_regex=regex, steps=steps,
                     deterministic=deterministic, devices=devices)
     report.against = against
+    report.hidden_from_original = hidden
     report.against_args = None if against_args is None else list(against_args)
     if original is not None and original.returncode != 0 and args and against_args is None and report.cannot_run:
         report.cannot_run += (f"; it ran with the script's arguments ({' '.join(args)}): give it its own with "

@@ -54,6 +54,7 @@ class Report:
     against: str | None = None
     against_args: list[str] | None = None
     deterministic: bool = False
+    hidden_from_original: list[str] = field(default_factory=list)  # what this run wrote in the working folder
     observed: bool = False  # the XLA run happened: its figures are real
 
     @property
@@ -98,7 +99,7 @@ class Report:
             "run": self.run, "steps": self.steps, "compilations": self.compilations,
             "executions": self.executions, "host_reads": self.host_reads, "fallback_ops": self.fallback_ops,
             "deprecations": self.deprecations, "placement": self.placement, "replicas": self.replicas,
-            "spmd": self.spmd,
+            "spmd": self.spmd, "hidden_from_original": list(self.hidden_from_original),
             "losses": {**self.losses, "values": json_numbers(self.losses.get("values") or []),
                        "original": None if self.losses.get("original") is None
                        else json_numbers(self.losses["original"])},
@@ -236,6 +237,9 @@ def render_text(report: Report) -> list[str]:
     if report.replicas.get("updates"):
         lines.append("  " + _replicas_line(report.replicas))
     lines.extend("  " + line for line in _loss_lines(report.losses, report.deterministic))
+    if report.hidden_from_original:
+        shown = ", ".join(report.hidden_from_original[:4]) + (", ..." if len(report.hidden_from_original) > 4 else "")
+        lines.append(f"  the original ran without what this run wrote in the working folder ({shown})")
     lines.extend(f"  warning: {warning}" for warning in report.warnings)
     lines.append(report.verdict)
     return lines
