@@ -541,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
                 "complete": len(done) == len(recipes)}
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_program, r, ctx): r for r in recipes}
+        # the longest first (by their timeouts), so that two jobs end together rather than one waiting on the last
+        futures = {pool.submit(run_program, r, ctx): r for r in sorted(recipes, key=lambda r: -r.timeout)}
         for future in concurrent.futures.as_completed(futures):
             recipe = futures[future]
             try:

@@ -25,6 +25,10 @@ RECIPE = Recipe(
     # 32 images in batches of 8: 4 steps an epoch, 2 epochs, a checkpoint after each
     args=(*COMMON, "--epochs", "2"),
     substitutions=(Substitution("main.py", "RandomResizedCrop(224", "RandomResizedCrop(32", 2),
+                   # seeded, so both runs start from the same weights and draw the same crops (unseeded, the
+                   # first losses differed by a third before any update: two programs, not one migrated)
+                   Substitution("main.py", "    args.rank += gpu\n", "    args.rank += gpu\n    torch.manual_seed(0)\n"
+                                "    random.seed(0)\n"),
                    # ResNet-18 for ResNet-50 (its 512 features feed the projector)
                    Substitution("main.py", "torchvision.models.resnet50(", "torchvision.models.resnet18("),
                    Substitution("main.py", "sizes = [2048]", "sizes = [512]")),
@@ -40,7 +44,7 @@ RECIPE = Recipe(
         Substitution("main.py", "nn.SyncBatchNorm.convert_sync_batchnorm", "(lambda module: module)")),
     data=data,
     loss_regex=r'"loss": ([-+\d.e]+|NaN|Infinity)',
-    random="unseeded: crops, flips, blur and solarization (Python's random) differ from run to run",
+    random="seeded by the recipe (torch and Python's random in main_worker): the same weights and augmentations",
     amp=True,  # autocast/GradScaler unconditionally (disabled, with a warning, on the CPU original)
     # resumes from the epoch-2 checkpoint.pth and trains epoch 3
     resume=Resume(args=(*COMMON, "--epochs", "3")),
