@@ -313,13 +313,13 @@ def test_list_rules_as_json(tmp_path):
     rules = json.loads(done.stdout)
     from xla_migrate.engine.registry import all_codes, all_rules
 
-    # Every code the tool can print: the engine's own (XLA000-XLA003) first, then the rules'.
-    engine_codes = ["XLA000", "XLA001", "XLA002", "XLA003"]
+    # Every code the tool can print: the engine's own (XLA000-XLA004) first, then the rules'.
+    engine_codes = ["XLA000", "XLA001", "XLA002", "XLA003", "XLA004"]
     assert [r["code"] for r in rules] == all_codes() == [*engine_codes, *(r.code for r in all_rules())]
-    for engine in rules[:4]:
+    for engine in rules[:5]:
         assert engine["fix_safety"] == "none" and (ROOT / engine["source"]).is_file()
         assert (ROOT / engine["docs"]).is_file()
-    first = rules[4]
+    first = rules[5]
     assert set(first) == {"code", "name", "summary", "fix_safety", "targets", "on_xla_code", "source", "docs"}
     assert first["on_xla_code"] is True  # XLA101 migrates CUDA remnants in code already on XLA
     assert first["docs"] == f"docs/rules/{first['code']}.md" and (ROOT / first["docs"]).is_file()

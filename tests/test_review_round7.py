@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from test_review_classes import BOTH, _show, known_defect, migrated  # noqa: F401
+from test_review_classes import BOTH, REVIEW, _show, known_defect, migrated  # noqa: F401
 
 
 def _calls(code: str, *names: str) -> list[int]:
@@ -126,9 +126,6 @@ def test_typed_tensor_construction_is_rewritten(migrated, target):
 # Severity R (the migration changes what the program is) --------------------------------------------------------
 
 
-@known_defect(36, "a program that never uses CUDA (models and tensors on the CPU, torch.multiprocessing Hogwild "
-                  "workers) gets xm.optimizer_step + torch_xla.sync() in each worker, which start the PJRT runtime "
-                  "in every process (minimalRL, all 12 scripts; a3c.py)")
 @BOTH
 def test_cpu_only_program_is_left_alone(migrated, target):
     run = migrated("36-cpu-only-program-gets-xla-step", target)
@@ -136,3 +133,6 @@ def test_cpu_only_program_is_left_alone(migrated, target):
     step_recipe = _calls(code, "xm.optimizer_step", "torch_xla.sync", "xm.mark_step")
     findings = _show(run.findings["hogwild.py"])
     assert not step_recipe, f"xm step recipe on a CPU optimizer at {step_recipe}; findings: {findings}"
+    assert code == (REVIEW / "36-cpu-only-program-gets-xla-step" / "hogwild.py").read_text()
+    said = run.notes_at("hogwild.py", (37,), "XLA004")  # the worker's loss.backward()
+    assert len(said) == 1 and "never uses CUDA" in said[0].message, findings

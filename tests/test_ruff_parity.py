@@ -285,7 +285,7 @@ def test_underscore_table_is_an_error_not_ignored(tmp_path):
 
 
 # Codes ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("code", ["XLA000", "XLA001", "XLA002", "XLA003"])
+@pytest.mark.parametrize("code", ["XLA000", "XLA001", "XLA002", "XLA003", "XLA004"])
 def test_engine_codes_are_rule_pages(code, tmp_path):
     page = run_cli("rule", code, cwd=tmp_path)
     assert page.returncode == 0 and page.stdout.decode().startswith(f"# {code} ")

@@ -30,9 +30,10 @@ from __future__ import annotations
 import ast
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .cpu_programs import never_placed
 from .project_flow import dotted as _dotted
 from .project_flow import (loop_model_calls, own_calls, per_step_functions, random_slice_helpers,
                            reads_through_own_calls, torch_module_class, walk_ast)
@@ -87,6 +88,8 @@ class ModuleInfo:
     # "Class.method" of the methods whose body only says a subclass defines them (``raise
     # NotImplementedError``, ``pass``, ``...``): stylegan2-ada's ``Loss.accumulate_gradients``
     abstract: tuple[str, ...] = ()
+    # a word of CUDA or device placement anywhere in it (cpu_programs.PLACEMENT); unknown: True
+    placed: bool = True
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class ProjectIndex:
     by_name: dict[str, str]  # dotted module name -> relative path
     # relative path -> the relative paths it imports (resolved)
     edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The whole project is a CPU program (cpu_programs.py): no module places anything on a device, one has
+    # a ``__main__`` block, and no notebook of the tree (not indexed) could place it.
+    cpu_only: bool = False
     # name -> instance_class's answer, filled as asked (the step model asks for every call of a name).
     _instance_classes: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
     # (file, function) -> how a loop of another module runs it every step; filled on first use
@@ -392,8 +398,8 @@ def module_name(rel: str) -> str:
     return ".".join(parts)
 
 
-def build_index(root: str, files: list[str]) -> ProjectIndex:
-    """Index the Python files ``files`` (paths) under ``root``."""
+def build_index(root: str, files: list[str], notebooks: bool = False) -> ProjectIndex:
+    """Index the Python files ``files`` (paths) under ``root``; ``notebooks``: the tree holds notebooks too."""
     root_abs = os.path.abspath(root)
     modules: dict[str, ModuleInfo] = {}
     for path in sorted(files):
@@ -407,7 +413,7 @@ def build_index(root: str, files: list[str]) -> ProjectIndex:
             data = Path(path).read_bytes()
         except OSError:
             continue
-        modules[rel] = _index_module(rel, data)
+        modules[rel] = replace(_index_module(rel, data), placed=not never_placed(data.decode("utf-8", "replace")))
     by_name = {info.name: rel for rel, info in modules.items() if info.name}
     index = ProjectIndex(root_abs, modules, by_name)
     edges = {}
@@ -419,7 +425,9 @@ def build_index(root: str, files: list[str]) -> ProjectIndex:
     for rel, info in modules.items():
         local = {name: value for name, value in info.imports.items() if index.import_target(rel, *value) is not None}
         kept[rel] = ModuleInfo(**{**info.__dict__, "imports": local})
-    return ProjectIndex(root_abs, kept, by_name, edges)
+    cpu_only = (not notebooks and bool(modules) and not any(info.placed for info in modules.values())
+                and any(info.main_block for info in modules.values()))
+    return ProjectIndex(root_abs, kept, by_name, edges, cpu_only=cpu_only)
 
 
 def _index_module(rel: str, data: bytes) -> ModuleInfo:

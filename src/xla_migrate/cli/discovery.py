@@ -268,7 +268,8 @@ def index_for(root: str, ignorer: Ignorer) -> ProjectIndex:
     found = walk(root, ignorer)
     paths = [os.path.join(root, f.rel) for f in found if f.rel and f.rel.endswith(".py")]
     # A file too large to migrate is not indexed either (its ast alone would be gigabytes).
-    return build_index(root, [path for path in paths if _size(path) <= MAX_INPUT_BYTES])
+    return build_index(root, [path for path in paths if _size(path) <= MAX_INPUT_BYTES],
+                       notebooks=any(f.rel.endswith(".ipynb") for f in found if f.rel))
 
 
 def _size(path: str) -> int:

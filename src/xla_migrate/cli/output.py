@@ -56,7 +56,7 @@ def _print_diff(result: MigrationResult) -> None:
 
 
 def _list_rules(output_format: str) -> None:
-    """Every code the tool can print, the engine's (XLA000-XLA003) first, then the rules'."""
+    """Every code the tool can print, the engine's (XLA000-XLA004) first, then the rules'."""
     from ..report.ruledocs import every_code
 
     if output_format == "json":

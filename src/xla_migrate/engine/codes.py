@@ -68,6 +68,29 @@ Use instead:
     %timeit xm.wait_device_ops()
     !python -c "import torch_xla.core.xla_model as xm; print(xm.get_xla_supported_devices())"
 """),
+    EngineCode("XLA004", "cpu-only-program", "A program that never uses CUDA or a device is left as it runs",
+               "src/xla_migrate/analysis/cpu_programs.py", """
+What it does:
+    Leaves a program alone when none of its files names CUDA, a device, `.to()`, mixed precision, a
+    launcher or a library that places devices itself (a word in a comment or a string counts too), and it
+    has an entry (a `__main__` block); one finding goes where each file first steps or backpropagates. In a
+    tree run the whole tree is the program; a file migrated alone is its own.
+
+Why:
+    Such a program trains on the CPU on purpose (reinforcement-learning scripts, Hogwild workers that update
+    one shared-memory model). The step recipe on CPU optimizers (xm.optimizer_step, a step barrier) moves
+    nothing to the XLA device: it only starts the XLA runtime in every process, and on a TPU host each
+    process would claim the chips for a model that stays on the CPU.
+
+Example:
+    train.py:40:9: XLA004 the program never uses CUDA or places anything on a device ... (fix: to train on
+    XLA, place the model and each batch on a device ... and migrate again)
+
+Use instead:
+    device = "cuda"
+    model = Policy().to(device)
+    states = states.to(device)
+"""),
     EngineCode("XLA002", "unused-noqa", "A `# noqa` comment names an XLA code that suppressed nothing",
                "src/xla_migrate/engine/suppressions.py", """
 What it does:

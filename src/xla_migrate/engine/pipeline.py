@@ -23,6 +23,7 @@ from ..syntax import large_files, native_parse, nesting, positions, walk
 from ..syntax.walk import fast_visits
 from .apply import Applied, apply_edits
 from .context import MigrationContext, root_name
+from ..analysis import cpu_programs
 from ..analysis.cuda_paths import CudaPaths
 from .imports import add_imports, remove_dead_imports
 from .records import Change, Finding, InputError
@@ -259,7 +260,10 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel,
                                project=project)
         reported_on_xla: frozenset[str] = frozenset()
-        if ctx.facts.runs_on_xla:
+        cpu_only = project.index.cpu_only if project is not None else cpu_programs.cpu_only_script(ctx.input_code)
+        if cpu_only:
+            rules = []  # a CPU program: nothing of it is CUDA's, and the step recipe would start the runtime
+        elif ctx.facts.runs_on_xla:
             reported_on_xla = frozenset(r.code for r in rules if r.reports_on_xla_code and not r.on_xla_code)
             rules = [rule for rule in rules if rule.on_xla_code or rule.code in reported_on_xla]
         suppressed = suppressions.scan(ctx.input_code)
@@ -291,6 +295,10 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     else:
         output = ctx.input_code
     applied.report_overlaps(ctx)
+    if cpu_only:
+        line = cpu_programs.training_line(ctx.input_code)
+        if line is not None:
+            ctx.findings.append(Finding(line, 1, cpu_programs.CODE, cpu_programs.MESSAGE, cpu_programs.FIX))
     _drop_unapplied_derived_changes(ctx)
     if suppressed:
         _drop_suppressed_findings(ctx, suppressed)
