@@ -91,3 +91,17 @@ def test_devices_needs_a_positive_count_on_the_cpu(options):
     code, report, _ = verify(str(migrated_script()), *options)
     assert code == 2 and report["verdict"]["status"] == "cannot-run"
     assert report["verdict"]["line"].startswith("verdict: cannot run: --devices"), report["verdict"]["line"]
+
+
+def test_migrate_with_spmd_and_verify_checks_the_output_over_four_devices(tmp_path):
+    # --verify after --data-parallel spmd: the written script runs as one program over 4 CPU devices.
+    python = xp.require_env("current")
+    out = tmp_path / "ddp_spmd_xla.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_", "CPU_NUM_DEVICES"))}
+    proc = subprocess.run([str(CLI), str(xp.runnable_path("ddp_spmd")), "--out", str(out), "--target", "2.9",
+                           "--data-parallel", "spmd", "--verify", "--python", str(python)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 0 and lines[-1].startswith("verdict: clean"), proc.stderr
+    assert any(line.startswith(f"  spmd: given {DEVICES} devices, the program spans {DEVICES}") for line in lines), \
+        proc.stderr

@@ -123,7 +123,8 @@ def migrate_command(paths, in_path, out, in_place, diff, diff_file, check, targe
             code = _migrate_tree(inputs, out, in_place, diff, diff_file, check, settings, ignorer,
                                  only_changed, jobs, verbose, root, sources, requirements)
         if checked is not None and code == EXIT_OK:
-            code = _verify_written(*checked, python=python)
+            spmd = settings.data_parallel == "spmd"  # one program over devices: check it over several
+            code = _verify_written(*checked, python=python, devices=SPMD_VERIFY_DEVICES if spmd else None)
         if code == EXIT_OK and settings.exit_non_zero_on_findings and _OUTPUT.get("findings"):
             code = EXIT_CHANGES  # ruff's --exit-non-zero-on-findings: CI fails while findings need a human
     except UsageError as error:
@@ -200,18 +201,23 @@ def _verify_target(inputs, out, in_place, dry, root=None, ignorer=None) -> tuple
             Trees(Path(mirror), Path(folder), explicit=True), None)
 
 
+# --verify after --data-parallel spmd: the SPMD program runs over this many PJRT CPU devices (verify --devices)
+SPMD_VERIFY_DEVICES = 4
+
+
 def _verify_written(script: str, original: Optional[str], trees=None, project_root: Optional[str] = None,
-                    python: Optional[str] = None) -> int:
+                    python: Optional[str] = None, devices: Optional[int] = None) -> int:
     """xla-migrate verify on what was just written; its text report goes to stderr with the migration's (stdout
     keeps its one thing: nothing, or the JSON report). A mirror's entry runs with the mirror importable (its
-    original with the source tree); a script of a project, with the project's root importable."""
+    original with the source tree); a script of a project, with the project's root importable; ``devices``:
+    an SPMD script runs as one program over that many CPU devices."""
     from ..verify.cli import emit, interrupted
     from ..verify.core import Interrupted, stop_on_signals, verify
 
     try:
         with stop_on_signals():
             report = verify(script, against=original, python=python or os.environ.get("XLA_MIGRATE_PYTHON"),
-                            original_required=False, trees=trees, project_root=project_root)
+                            original_required=False, trees=trees, project_root=project_root, devices=devices)
     except Interrupted as stop:
         return interrupted(stop)
     emit(report, "text", stream=sys.stderr)

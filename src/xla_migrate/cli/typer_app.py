@@ -47,7 +47,7 @@ def command(
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Read [tool.xla-migrate] from this pyproject.toml (default: the nearest one above the input)."),
     output_format: str = typer.Option("text", "--output-format", "--format", metavar="FORMAT", help="Report format: text (stderr); on stdout (not with --diff or --out -: use --report): json (ruff's flat list of diagnostics), json-report (the nested per-file report), sarif (SARIF 2.1.0) or github (workflow annotations). With --list-rules: text or json."),
     report_path: Optional[str] = typer.Option(None, "--report", metavar="PATH", help="Also write the JSON report to PATH."),
-    verify_output: bool = typer.Option(False, "--verify", help="After writing one script, run 'xla-migrate verify' on it (against the input with --out); its report on stderr, its exit code."),
+    verify_output: bool = typer.Option(False, "--verify", help="After writing one script, run 'xla-migrate verify' on it (against the input with --out); its report on stderr, its exit code. With --data-parallel spmd it runs over 4 PJRT CPU devices (verify --devices 4)."),
     statistics: bool = typer.Option(False, "--statistics", help="Count the changes and findings per rule code instead of listing each."),
     list_rules: bool = typer.Option(False, "--list-rules", help="List every code; 'xla-migrate rule CODE' prints its page."),
     version: bool = typer.Option(False, "--version", help="Print the version and exit."),
