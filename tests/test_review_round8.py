@@ -172,6 +172,23 @@ def test_fabric_managed_loader_is_not_wrapped_again(migrated, target):
     assert not wrapped, f"device loader around Fabric's loaders: {wrapped}"
 
 
+@known_defect(36, "TrainingArguments(optim=\"adafactor\") becomes optim=\"adamw_torch_xla\" (a change note only): "
+                  "another algorithm and 8 bytes of optimizer state per parameter instead of Adafactor's factors "
+                  "(optimum-tpu examples/language-modeling/gemma_tuning.ipynb, llama_tuning.ipynb)")
+@BOTH
+def test_hf_optimizer_choice_that_runs_on_xla_is_kept(migrated, target):
+    run = migrated("36-hf-optimizer-choice-replaced-by-adamw", target)
+    optims = [ast.unparse(k.value) for c in _calls(run.code["train.py"], "TrainingArguments") for k in c.keywords
+              if k.arg == "optim"]
+    assert optims == ["'adafactor'"], f"optim={optims}; changes: {_show(run.changes['train.py'])}"
+
+
+@BOTH
+def test_hf_optimizer_fixture_moves_nothing_to_cuda(migrated, target):
+    # The control: the model's .to("cuda") is gone (the Trainer places the model on the XLA device).
+    assert '"cuda"' not in migrated("36-hf-optimizer-choice-replaced-by-adamw", target).code["train.py"]
+
+
 # Severity L (the report is wrong) ------------------------------------------------------------------------------
 
 
