@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from test_review_classes import BOTH, _show, known_defect, migrated  # noqa: F401
 
 
@@ -103,6 +105,27 @@ def test_per_rank_checkpoint_is_written_by_every_replica(migrated, target):
                    and ast.unparse(c.func) == "xm.save"
                    and not any(k.arg == "master_only" and ast.unparse(k.value) == "False" for k in c.keywords)]
     assert not master_only, f"master-only save of a per-rank file: {master_only}"
+
+
+def _autocast_devices(code: str) -> list[str]:
+    return [ast.unparse(c.args[0]) for c in _calls(code, "xla_amp.autocast", "autocast") if c.args]
+
+
+@known_defect(29, "sagemaker: `xla_amp.autocast(device, enabled=...)` where device is torch.device('cpu') on the "
+                  "user's CPU path: torch_xla.amp.autocast asserts an XLA device even when disabled "
+                  "(deepspeech.pytorch inference.py:94, validation.py:155; AssertionError on torch_xla 2.6.1)")
+@pytest.mark.parametrize("target", ["sagemaker"])
+def test_xla_autocast_is_not_given_a_cpu_device(migrated, target):
+    code = migrated("29-xla-autocast-given-the-cpu-device", target).code["transcribe.py"]
+    may_be_cpu = "torch.device(\"cpu\")" in code or "torch.device('cpu')" in code
+    assert not (may_be_cpu and _autocast_devices(code)), code
+
+
+@pytest.mark.parametrize("target", ["2.9"])
+def test_xla_autocast_without_device_runs_on_the_cpu_path(migrated, target):
+    # The control: the 2.9 form names no device (torch.autocast("xla", ...)), which also runs on the CPU path.
+    code = migrated("29-xla-autocast-given-the-cpu-device", target).code["transcribe.py"]
+    assert _calls(code, "torch.autocast") and not _autocast_devices(code), code
 
 
 # Severity D (replicas train or decide differently) -----------------------------------------------------------
