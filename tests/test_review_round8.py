@@ -1,0 +1,231 @@
+"""The defect classes of the expert review's eighth round (real programs migrated as trees: distributed_tutorial,
+WassersteinGAN, BigGAN-PyTorch, attention-is-all-you-need-pytorch, pytorch-a2c-ppo-acktr-gail, deepspeech.pytorch,
+detectron2's tools and engine, fairseq's trainer, llama-recipes, litgpt's finetune scripts, aws-neuron-samples'
+training scripts, optimum-tpu's examples), one test per new class on the self-written fixtures in
+``fixtures/review/<issue>-<class>/`` (their READMEs say what is wrong today, what was measured, and what right
+looks like).
+
+Same contract as tests/test_review_classes.py (whose helpers this module reuses): each test asserts the RIGHT
+behaviour; a class the tool still gets wrong is marked ``known_defect(issue, what)``, a strict xfail that only an
+AssertionError satisfies. When one XPASSes, check the output against its README and delete the mark.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from test_review_classes import BOTH, _show, known_defect, migrated  # noqa: F401
+
+
+def _calls(code: str, *names: str) -> list[ast.Call]:
+    return [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call) and ast.unparse(n.func) in names]
+
+
+def _function(code: str, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+SEED_CALLS = ("torch_xla.manual_seed", "xm.set_rng_state")
+
+
+# Severity C (a crash the original did not have) ---------------------------------------------------------------
+
+
+@known_defect(29, "the functional nn.parallel.data_parallel(module, input, ids) becomes the bare module, never "
+                  "called (`out = self.main`): AttributeError at the first step, 0 findings (WassersteinGAN "
+                  "models/dcgan.py:48, BigGAN-PyTorch train_fns.py:123, utils.py:870/896/946)")
+@BOTH
+def test_functional_data_parallel_becomes_a_module_call(migrated, target):
+    run = migrated("29-functional-data-parallel-becomes-bare-module", target)
+    forward = _function(run.code["train.py"], "forward")
+    values = [n.value for n in ast.walk(forward) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "out"]
+    not_called = [ast.unparse(v) for v in values if not isinstance(v, ast.Call)]
+    assert values and not not_called, f"`out` assigned {not_called}; findings: {_show(run.findings['train.py'])}"
+
+
+@BOTH
+def test_functional_data_parallel_is_not_kept(migrated, target):
+    # The control: the multi-GPU call itself is gone on both targets (one XLA device per process).
+    code = migrated("29-functional-data-parallel-becomes-bare-module", target).code["train.py"]
+    assert "data_parallel" not in code and "self.main(x)" in code, code
+
+
+@known_defect(29, "torch.cuda.manual_seed_all(str(seed)) (it casts with int()) becomes xm.set_rng_state(str(seed)), "
+                  "a TypeError in _xla_set_rng_seed on torch_xla 2.9 and 2.6.1 (detectron2 "
+                  "detectron2/utils/env.py:45, run by every training through default_setup)")
+@BOTH
+def test_cuda_seed_argument_reaches_xla_as_an_int(migrated, target):
+    run = migrated("29-cuda-seed-argument-passed-unconverted", target)
+    seeds = _calls(run.code["train.py"], *SEED_CALLS)
+    strings = [ast.unparse(c) for c in seeds if c.args and isinstance(c.args[0], ast.Call)
+               and ast.unparse(c.args[0].func) == "str"]
+    assert seeds and not strings, f"XLA seed calls given a string: {strings}; code:\n{run.code['train.py']}"
+
+
+@known_defect(29, "the XLA seed call added beside torch.manual_seed(dist.get_rank()) copies the original argument "
+                  "after the xm recipe dropped init_process_group: torch_xla.manual_seed(dist.get_rank()) fails "
+                  "(ValueError: Default process group has not been initialized, torch_xla 2.9)")
+@BOTH
+def test_no_process_group_call_left_without_a_process_group(migrated, target):
+    run = migrated("29-seed-from-removed-process-group", target)
+    code = run.code["train.py"]
+    if "init_process_group" not in code:
+        left = [ast.unparse(c) for c in _calls(code, "dist.get_rank", "dist.get_world_size")]
+        assert not left, f"process-group calls with no process group: {left}; code:\n{code}"
+
+
+@BOTH
+def test_seed_from_rank_uses_the_xla_ordinal(migrated, target):
+    # The control: the seed's own argument is rewritten to the XLA ordinal (what the tool gets right today).
+    code = migrated("29-seed-from-removed-process-group", target).code["train.py"]
+    ordinal = "xr.global_ordinal()" if target == "2.9" else "xm.get_ordinal()"
+    assert f"torch.manual_seed({ordinal})" in code, code
+
+
+@known_defect(29, "a Lightning Trainer built from configuration (`pl.Trainer(**asdict(cfg))`, "
+                  "hydra.utils.instantiate(cfg.trainer)) asking for a GPU, DDP and 16-bit precision: 'nothing to "
+                  "change, 0 findings' (deepspeech.pytorch training.py:42, configs/lightning_config.py, an4.yaml)")
+@BOTH
+def test_lightning_trainer_from_config_is_reported(migrated, target):
+    run = migrated("29-lightning-trainer-from-config-unreported", target)
+    reported = [f for f in run.findings["train.py"] if f.code == "XLA908" or "accelerator" in f.message]
+    assert reported, f"findings: {_show(run.findings['train.py'])}"
+
+
+@known_defect(29, "a checkpoint every replica writes to its own file (the rank in the name) becomes the "
+                  "master-only xm.save: ranks 1..n-1 write nothing (fairseq checkpoint_utils.py:601, the per-rank "
+                  "-shard{rank} files; checked: xm.save on a non-master ordinal writes no file)")
+@BOTH
+def test_per_rank_checkpoint_is_written_by_every_replica(migrated, target):
+    run = migrated("29-per-rank-checkpoint-becomes-master-only-save", target)
+    helper = _function(run.code["train.py"], "save_shard")
+    master_only = [ast.unparse(c) for c in ast.walk(helper) if isinstance(c, ast.Call)
+                   and ast.unparse(c.func) == "xm.save"
+                   and not any(k.arg == "master_only" and ast.unparse(k.value) == "False" for k in c.keywords)]
+    assert not master_only, f"master-only save of a per-rank file: {master_only}"
+
+
+def _autocast_devices(code: str) -> list[str]:
+    return [ast.unparse(c.args[0]) for c in _calls(code, "xla_amp.autocast", "autocast") if c.args]
+
+
+@known_defect(29, "sagemaker: `xla_amp.autocast(device, enabled=...)` where device is torch.device('cpu') on the "
+                  "user's CPU path: torch_xla.amp.autocast asserts an XLA device even when disabled "
+                  "(deepspeech.pytorch inference.py:94, validation.py:155; AssertionError on torch_xla 2.6.1)")
+@pytest.mark.parametrize("target", ["sagemaker"])
+def test_xla_autocast_is_not_given_a_cpu_device(migrated, target):
+    code = migrated("29-xla-autocast-given-the-cpu-device", target).code["transcribe.py"]
+    may_be_cpu = "torch.device(\"cpu\")" in code or "torch.device('cpu')" in code
+    assert not (may_be_cpu and _autocast_devices(code)), code
+
+
+@pytest.mark.parametrize("target", ["2.9"])
+def test_xla_autocast_without_device_runs_on_the_cpu_path(migrated, target):
+    # The control: the 2.9 form names no device (torch.autocast("xla", ...)), which also runs on the CPU path.
+    code = migrated("29-xla-autocast-given-the-cpu-device", target).code["transcribe.py"]
+    assert _calls(code, "torch.autocast") and not _autocast_devices(code), code
+
+
+# Severity D (replicas train or decide differently) -----------------------------------------------------------
+
+
+@known_defect(28, "`if torch.cuda.device_count() > 1: dist.all_reduce(metric)` folds to False and the reduce is "
+                  "dropped with no finding: each replica keeps its own validation loss, decides `val < best` "
+                  "alone and waits at the barrier under it (llama-recipes train_utils.py:207-208, :382-383)")
+@BOTH
+def test_metric_all_reduce_survives_the_device_count_fold(migrated, target):
+    run = migrated("28-metric-all-reduce-under-device-count-folded", target)
+    evaluate = ast.unparse(_function(run.code["train.py"], "evaluate"))
+    reduced = any(name in evaluate for name in ("all_reduce", "mesh_reduce", "reduce_scatter"))
+    reported = run.notes_at("train.py", (15, 16, 17))
+    assert reduced or reported, f"evaluate():\n{evaluate}\nfindings: {_show(run.findings['train.py'])}"
+
+
+@BOTH
+def test_device_count_fixture_keeps_the_update_reduced(migrated, target):
+    # The control: the training update is still reduced across replicas (the xm recipe), only the metric is not.
+    code = migrated("28-metric-all-reduce-under-device-count-folded", target).code["train.py"]
+    assert _calls(code, "xm.optimizer_step"), code
+
+
+# Severity R (the migration changes what the program is) --------------------------------------------------------
+
+
+@known_defect(36, "weights the model ties only under a flag (`if share_proj: self.proj.weight = ...`) are re-tied "
+                  "unconditionally after the move: 480 parameters instead of 1760, the source embedding reads the "
+                  "target vocabulary's table (attention-is-all-you-need-pytorch train.py:308-309, translate.py:43-44)")
+@BOTH
+def test_conditional_weight_tie_stays_conditional(migrated, target):
+    run = migrated("36-conditional-weight-tie-made-unconditional", target)
+    main = _function(run.code["train.py"], "main")
+    unconditional = [ast.unparse(s) for s in main.body if isinstance(s, ast.Assign)
+                     and ast.unparse(s.targets[0]).endswith(".weight")]
+    assert not unconditional, f"re-tied in every run: {unconditional}; changes: {_show(run.changes['train.py'])}"
+
+
+@BOTH
+def test_conditional_tie_fixture_moves_the_model(migrated, target):
+    # The control: the model and the batches go to the XLA device.
+    code = migrated("36-conditional-weight-tie-made-unconditional", target).code["train.py"]
+    assert ".to(device)" in code and "cuda" not in code, code
+
+
+@known_defect(36, "a script whose model is on device = 'cpu' by its own choice (a CPU baseline beside torch_xla "
+                  "scripts) gets MpDeviceLoader on the XLA device, xm.optimizer_step and xm.save: every batch goes "
+                  "to the device and back (16 device-to-host transfers in 8 steps) and the runtime claims the "
+                  "device (aws-neuron-samples mnist_mlp/train_cpu.py, eval_using_trace.py)")
+@BOTH
+def test_explicit_cpu_program_is_left_alone(migrated, target):
+    run = migrated("36-explicit-cpu-model-gets-device-loader", target)
+    code = run.code["train_cpu.py"]
+    recipe = [ast.unparse(c.func) for c in _calls(code, "pl.MpDeviceLoader", "xm.optimizer_step", "xm.save")]
+    assert not recipe, f"XLA recipe on a CPU program: {recipe}; findings: {_show(run.findings['train_cpu.py'])}"
+
+
+@known_defect(36, "loaders returned by fabric.setup_dataloaders (an MpDeviceLoader already under Lightning's XLA "
+                  "strategies) are wrapped in pl.MpDeviceLoader again: the outer loader yields 0 batches (measured, "
+                  "torch_xla 2.9), validation returns 0.0 and training runs no step (litgpt finetune/lora.py:451, "
+                  "full.py:370)")
+@BOTH
+def test_fabric_managed_loader_is_not_wrapped_again(migrated, target):
+    run = migrated("36-device-loader-around-fabric-loader", target)
+    wrapped = [ast.unparse(c) for c in _calls(run.code["train.py"], "pl.MpDeviceLoader")]
+    assert not wrapped, f"device loader around Fabric's loaders: {wrapped}"
+
+
+@known_defect(36, "TrainingArguments(optim=\"adafactor\") becomes optim=\"adamw_torch_xla\" (a change note only): "
+                  "another algorithm and 8 bytes of optimizer state per parameter instead of Adafactor's factors "
+                  "(optimum-tpu examples/language-modeling/gemma_tuning.ipynb, llama_tuning.ipynb)")
+@BOTH
+def test_hf_optimizer_choice_that_runs_on_xla_is_kept(migrated, target):
+    run = migrated("36-hf-optimizer-choice-replaced-by-adamw", target)
+    optims = [ast.unparse(k.value) for c in _calls(run.code["train.py"], "TrainingArguments") for k in c.keywords
+              if k.arg == "optim"]
+    assert optims == ["'adafactor'"], f"optim={optims}; changes: {_show(run.changes['train.py'])}"
+
+
+@BOTH
+def test_hf_optimizer_fixture_moves_nothing_to_cuda(migrated, target):
+    # The control: the model's .to("cuda") is gone (the Trainer places the model on the XLA device).
+    assert '"cuda"' not in migrated("36-hf-optimizer-choice-replaced-by-adamw", target).code["train.py"]
+
+
+# Severity L (the report is wrong) ------------------------------------------------------------------------------
+
+
+@known_defect(30, "`if fabric.global_rank == 0:` (a Python int) gets XLA311 'a condition on a tensor's value reads "
+                  "it to the host' (litgpt finetune/lora.py:407, :429, full.py:348)")
+@BOTH
+def test_rank_property_compare_is_not_a_host_read(migrated, target):
+    run = migrated("30-rank-property-compare-reported-as-host-read", target)
+    false = run.notes_at("train.py", (24,), "XLA311")
+    assert not false, f"findings: {_show(false)}"
+
+
+@BOTH
+def test_rank_fixture_still_reports_the_cuda_fabric(migrated, target):
+    # The control: the Fabric asking for CUDA is reported (XLA908), the finding that matters in this fixture.
+    run = migrated("30-rank-property-compare-reported-as-host-read", target)
+    assert run.notes_at("train.py", (12,), "XLA908"), _show(run.findings["train.py"])
