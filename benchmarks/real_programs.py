@@ -168,6 +168,13 @@ def original_copy(recipe: Recipe, orig: Path) -> Path:
     return run
 
 
+def fresh_copy(source: Path, dest: Path) -> Path:
+    """A copy of ``source`` at ``dest`` (replacing what was there): where one run of the original starts."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest, symlinks=True)
+    return dest
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -316,9 +323,11 @@ def migrate(recipe: Recipe, ctx: Context, orig: Path, out: Path, target: str, fo
 
 
 def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: dict, target: str,
-                form: str | None, cpu: Path | None = None) -> dict:
-    """Migrates ``orig``; the original runs from ``cpu`` (original_copy; default ``orig``)."""
+                form: str | None, cpu: Path | None = None, own: Path | None = None) -> dict:
+    """Migrates ``orig``; verify's run of the original starts from a fresh copy of ``cpu`` (original_copy;
+    default ``orig``); the resume check resumes the original where its own first run (``own``) left it."""
     cpu = cpu or orig
+    own = own or cpu
     name = label(target, form)
     slug = name.replace(" ", "-").replace(".", "")
     out = work / f"out-{slug}"
@@ -339,8 +348,9 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
         return record
     metrics_file = work / f"metrics-{slug}.txt"
     metrics_file.unlink(missing_ok=True)
-    launcher = write_launcher(work / f"original-{slug}.py", entry_script(recipe, cpu), cpu / recipe.cwd,
-                              recipe.original_args, [cpu / p for p in recipe.pythonpath],
+    start = fresh_copy(cpu, work / f"orig-{slug}")
+    launcher = write_launcher(work / f"original-{slug}.py", entry_script(recipe, start), start / recipe.cwd,
+                              recipe.original_args, [start / p for p in recipe.pythonpath],
                               [out / p for p in recipe.pythonpath])
     env = ctx.env(recipe, env_name, out)
     env["XLA_METRICS_FILE"] = str(metrics_file)
@@ -372,7 +382,7 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     record["problems"] = own_problems(record["run"], record["own"], record["losses"])
     record["status"] = status_of(record["problems"])
     record["agrees"], record["disagreement"] = agreement(record["problems"], report)
-    record["resume"] = run_resume(recipe, ctx, cpu, out, env_name) if recipe.resume and record["status"] != "crash" \
+    record["resume"] = run_resume(recipe, ctx, own, out, env_name) if recipe.resume and record["status"] != "crash" \
         else {"status": "n/a"}
     return record
 
@@ -422,8 +432,11 @@ def run_program(recipe: Recipe, ctx: Context) -> dict:
     except (RecipeError, OSError) as error:
         record["error"] = f"recipe: {error}"
         return record
-    record["original"] = run_original(recipe, ctx, cpu)
-    record["variants"] = [run_variant(recipe, ctx, work, orig, record["original"], target, form, cpu)
+    # Every run of the original starts from a fresh copy of ``cpu``: what one run writes (a checkpoint the
+    # program resumes from by itself, logs) never reaches another run or the migration's input (``orig``).
+    own = fresh_copy(cpu, work / "orig-run")
+    record["original"] = run_original(recipe, ctx, own)
+    record["variants"] = [run_variant(recipe, ctx, work, orig, record["original"], target, form, cpu, own)
                           for target, form in variants(recipe, ctx.targets)]
     record["wall_s"] = round(time.perf_counter() - start, 1)
     if not ctx.keep:

@@ -335,6 +335,41 @@ def test_each_program_gets_its_own_home_and_a_free_port(tmp_path):
         sock.bind(("127.0.0.1", int(env["MASTER_PORT"])))
 
 
+def test_every_run_of_the_original_starts_from_a_fresh_copy(tmp_path, monkeypatch):
+    """A program that resumes from its own checkpoint by itself (barlowtwins, hifigan): the suite's own run of
+    the original writes one; neither the migration's input nor verify's run of the original may see it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text("print('train')\n")
+    seen = {}
+
+    def own_run(recipe, ctx, where):
+        (where / "ckpt").mkdir()
+        (where / "ckpt" / "last.pth").write_text("epoch 2")
+        seen["own"] = where
+        return {"exit_status": 0, "losses": []}
+
+    def variant(recipe, ctx, work, orig, original, target, form, cpu, own):
+        seen["variant"] = (orig, cpu, own)
+        start = rp.fresh_copy(cpu, work / "orig-29")
+        return {"label": target, "starts": sorted(p.name for p in start.iterdir()),
+                "migrated": sorted(p.name for p in orig.iterdir())}
+
+    monkeypatch.setattr(rp, "run_original", own_run)
+    monkeypatch.setattr(rp, "run_variant", variant)
+    monkeypatch.setattr(rp, "repo_folder", lambda cache, name: repo)
+    for recipe in (Recipe(name="plain", repo="o/r", entry="train.py", style="test"),
+                   Recipe(name="subst", repo="o/r", entry="train.py", style="test",
+                          original_substitutions=(Substitution("train.py", "'train'", "'cpu'"),))):
+        ctx = type("Ctx", (), {"work": tmp_path / "work", "cache": None, "targets": ["2.9"], "keep": True})()
+        record = rp.run_program(recipe, ctx)
+        (only,) = record["variants"]
+        assert only["starts"] == ["train.py"] and only["migrated"] == ["train.py"], (recipe.name, only)
+        orig, cpu, own = seen["variant"]
+        assert own == seen["own"] and (own / "ckpt" / "last.pth").exists()  # the resume check resumes there
+        assert not (cpu / "ckpt").exists() and not (orig / "ckpt").exists()
+
+
 def test_missing_files_of_the_mirror_are_copied(tmp_path):
     orig, out = tmp_path / "orig", tmp_path / "out"
     (orig / "data").mkdir(parents=True)

@@ -27,8 +27,7 @@ RECIPE = Recipe(
     substitutions=(Substitution("main.py", "RandomResizedCrop(224", "RandomResizedCrop(32", 2),
                    # seeded, so both runs start from the same weights and draw the same crops (unseeded, the
                    # first losses differed by a third before any update: two programs, not one migrated)
-                   Substitution("main.py", "    args.rank += gpu\n", "    args.rank += gpu\n    torch.manual_seed(0)\n"
-                                "    random.seed(0)\n"),
+                   Substitution("main.py", "args.rank += gpu", "args.rank += gpu; torch.manual_seed(0); random.seed(0)"),
                    # ResNet-18 for ResNet-50 (its 512 features feed the projector)
                    Substitution("main.py", "torchvision.models.resnet50(", "torchvision.models.resnet18("),
                    Substitution("main.py", "sizes = [2048]", "sizes = [512]")),
