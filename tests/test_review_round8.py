@@ -33,9 +33,6 @@ SEED_CALLS = ("torch_xla.manual_seed", "xm.set_rng_state")
 # Severity C (a crash the original did not have) ---------------------------------------------------------------
 
 
-@known_defect(29, "the functional nn.parallel.data_parallel(module, input, ids) becomes the bare module, never "
-                  "called (`out = self.main`): AttributeError at the first step, 0 findings (WassersteinGAN "
-                  "models/dcgan.py:48, BigGAN-PyTorch train_fns.py:123, utils.py:870/896/946)")
 @BOTH
 def test_functional_data_parallel_becomes_a_module_call(migrated, target):
     run = migrated("29-functional-data-parallel-becomes-bare-module", target)
@@ -52,9 +49,6 @@ def test_functional_data_parallel_is_not_kept(migrated, target):
     assert "data_parallel" not in code and "self.main(x)" in code, code
 
 
-@known_defect(29, "torch.cuda.manual_seed_all(str(seed)) (it casts with int()) becomes xm.set_rng_state(str(seed)), "
-                  "a TypeError in _xla_set_rng_seed on torch_xla 2.9 and 2.6.1 (detectron2 "
-                  "detectron2/utils/env.py:45, run by every training through default_setup)")
 @BOTH
 def test_cuda_seed_argument_reaches_xla_as_an_int(migrated, target):
     run = migrated("29-cuda-seed-argument-passed-unconverted", target)

@@ -168,7 +168,11 @@ class CudaApisToXla(Rule):
             def seeded(updated: cst.Call) -> cst.BaseExpression:
                 updated_args = patterns.positional(updated) or [
                     a for a in updated.args if a.keyword and a.keyword.value == "seed"]
-                return patterns.fill(template, updated_args[0].value)
+                value = updated_args[0].value
+                # torch.cuda's seeding casts with int(); XLA's takes an int only (a str or float: TypeError)
+                if not _int_like(value):
+                    value = cst.Call(cst.Name("int"), [cst.Arg(value)])
+                return patterns.fill(template, value)
 
             self.replace(node, seeded, f"{self._short(node)} -> "
                          f"{patterns.code_of(template).replace(patterns.HOLE, self._short(seed))}")
@@ -337,3 +341,16 @@ class CudaApisToXla(Rule):
 
     def _flag(self, target: cst.BaseExpression) -> bool:
         return is_backend_flag(self.ctx, target)
+
+
+def _int_like(value: cst.BaseExpression) -> bool:
+    """An int literal, a name or attribute (``seed``, ``args.seed``: ints where a seed is meant), ``int(...)``,
+    or arithmetic of those (``seed + rank``): kept as written; anything else is cast as torch.cuda casts it."""
+    if isinstance(value, (cst.Integer, cst.Name, cst.Attribute, cst.Subscript)):
+        return True
+    if isinstance(value, cst.Call):
+        return isinstance(value.func, cst.Name) and value.func.value == "int"
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract, cst.Multiply,
+                                                                               cst.Modulo, cst.FloorDivide)):
+        return _int_like(value.left) and _int_like(value.right)
+    return False

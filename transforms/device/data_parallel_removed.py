@@ -26,6 +26,8 @@ Use instead:
 
 from __future__ import annotations
 
+from keyword import iskeyword
+
 import libcst as cst
 
 from xla_migrate.analysis.cuda_only import DATA_PARALLEL
@@ -34,6 +36,8 @@ from xla_migrate.syntax import patterns
 from xla_migrate.transforms.common import short
 
 STATE_DICT_METHODS = ("state_dict", "load_state_dict")
+# The functional form: runs a module on its inputs over the GPUs and returns the output.
+FUNCTIONAL = ("torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")
 
 
 class DataParallelRemoved(Rule):
@@ -52,6 +56,9 @@ class DataParallelRemoved(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if patterns.method_call(node, *STATE_DICT_METHODS):
             self._state_dicts = True
+        if self.ctx.is_call_to(node, *FUNCTIONAL):
+            self._functional(node)
+            return
         if not self.ctx.is_call_to(node, *DATA_PARALLEL):
             return
         args = patterns.positional(node)
@@ -75,6 +82,27 @@ class DataParallelRemoved(Rule):
         self.replace(node, lambda updated: _module_of(updated),
                      f"{short(node)} -> {short(module_arg.value)}: one XLA device per process, no DataParallel")
 
+    def _functional(self, node: cst.Call) -> None:
+        """``data_parallel(module, inputs, device_ids, output_device, dim, module_kwargs)`` runs the module on the
+        inputs (a tuple of them unpacked) over the GPUs: on the one XLA device it is the module's call."""
+        module = _argument(node, 0, "module")
+        inputs = _argument(node, 1, "inputs")
+        kwargs = _argument(node, 5, "module_kwargs")
+        if module is None or inputs is None or any(arg.star for arg in node.args):
+            return
+        if isinstance(inputs.value, cst.Tuple):
+            passed = [cst.Arg(element.value, star="*" if isinstance(element, cst.StarredElement) else "")
+                      for element in inputs.value.elements]
+        else:
+            passed = [cst.Arg(inputs.value)]
+        if kwargs is not None:
+            passed.extend(_keywords(kwargs.value))
+        for name in ("torch.nn.parallel", "torch.nn.parallel.data_parallel"):
+            self.import_may_be_dead(name, "data_parallel")
+        call = cst.Call(module.value, [arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in passed])
+        self.replace(node, lambda updated: call.with_changes(lpar=updated.lpar, rpar=updated.rpar),
+                     f"{short(node)} -> {short(call)}: the module's own call on the one XLA device of the process")
+
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "module":
             self._modules.append(node)
@@ -92,6 +120,23 @@ class DataParallelRemoved(Rule):
                          "the prefix (k[7:]) now cuts the names",
                          "load old checkpoints with torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
                          "(state_dict, \"module.\") before load_state_dict; drop code that strips the prefix")
+
+
+def _keywords(mapping: cst.BaseExpression) -> list[cst.Arg]:
+    """``{"a": 1}`` as ``a=1`` where every key is a string that names a keyword; else ``**mapping``."""
+    if isinstance(mapping, cst.Dict):
+        keys = [patterns.string_value(element.key) if isinstance(element, cst.DictElement) else None
+                for element in mapping.elements]
+        if all(key is not None and key.isidentifier() and not iskeyword(key) for key in keys):
+            return [cst.Arg(element.value, keyword=cst.Name(key), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+                for key, element in zip(keys, mapping.elements)]
+    return [cst.Arg(mapping, star="**")]
+
+
+def _argument(call: cst.Call, index: int, keyword: str) -> cst.Arg | None:
+    args = patterns.positional(call)
+    return args[index] if len(args) > index else patterns.keyword(call, keyword)
 
 
 def _module_of(call: cst.Call) -> cst.BaseExpression:
