@@ -125,9 +125,6 @@ def test_xla_autocast_without_device_runs_on_the_cpu_path(migrated, target):
 # Severity D (replicas train or decide differently) -----------------------------------------------------------
 
 
-@known_defect(28, "`if torch.cuda.device_count() > 1: dist.all_reduce(metric)` folds to False and the reduce is "
-                  "dropped with no finding: each replica keeps its own validation loss, decides `val < best` "
-                  "alone and waits at the barrier under it (llama-recipes train_utils.py:207-208, :382-383)")
 @BOTH
 def test_metric_all_reduce_survives_the_device_count_fold(migrated, target):
     run = migrated("28-metric-all-reduce-under-device-count-folded", target)

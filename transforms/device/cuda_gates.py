@@ -91,6 +91,11 @@ from xla_migrate.transforms.device.cuda_gate_reports import GateReports, short a
 
 IS_AVAILABLE = ("torch.cuda.is_available", "torch.accelerator.is_available")
 DEVICE_COUNT = ("torch.cuda.device_count",)
+# Calls that every replica must make together: a branch that holds one is chosen by the number of replicas.
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce", "reduce_scatter", "broadcast",
+               "gather", "scatter", "all_to_all", "barrier", "all_gather_object", "broadcast_object_list",
+               "mesh_reduce", "rendezvous")
+COLLECTIVE_MODULES = ("torch.distributed", "torch_xla.core.xla_model")
 _COMPARE = {cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
             cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
             cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b}
@@ -158,8 +163,24 @@ class CudaGates(GateFolds, GateReports, Rule):
             self._gate(node, isinstance(operator, cst.In))
         elif (type(operator) in _COMPARE and isinstance(node.left, cst.Call) and not node.left.args
               and self.ctx.is_call_to(node.left, *DEVICE_COUNT) and isinstance(target.comparator, cst.Integer)):
+            if self.ctx.distributed and self._selects_a_collective(node):
+                # `if torch.cuda.device_count() > 1: dist.all_reduce(metric)`: in a data-parallel program more
+                # than one GPU meant more than one replica, and the collective must stay.
+                world = self.ctx.spell("world_size")
+                self.replace(node.left, patterns.parsed_expression(world),
+                             f"{_short(node.left)} -> {world}: in a data-parallel program more than one CUDA device "
+                             "means more than one replica (one XLA device each); the collective it selects stays")
+                return
             # One XLA device per process: `torch.cuda.device_count() > 1` (DataParallel) is False on XLA.
             self._gate(node, _COMPARE[type(operator)](1, int(target.comparator.value)))
+
+    def _selects_a_collective(self, node: cst.Comparison) -> bool:
+        """The code the test selects calls a collective of torch.distributed (or torch_xla's)."""
+        selected = [n for branch in gates.branches(gates.test_top(node, self.ctx.parent), self.ctx.parent)
+                    for n in branch]
+        return any(patterns.find_all(code, lambda n: isinstance(n, cst.Call) and any(
+            name.rsplit(".", 1)[0] in COLLECTIVE_MODULES and name.rsplit(".", 1)[-1] in COLLECTIVES
+            for name in self.ctx.qualnames(n.func))) for code in selected)
 
     def _selects_an_implementation(self, node: cst.Comparison) -> bool:
         """``impl == "cuda" and x.device.type == "cuda" and _init()``: the test of a fused kernel chosen by a
