@@ -60,10 +60,6 @@ def test_cuda_device_context_is_dropped(migrated, target):
 # Severity G (more graphs or recompilations per step) ---------------------------------------------------------
 
 
-@known_defect(30, "an optimizer stepped inside a loop over the optimizer list (`for optimizer in optimizers: "
-                  "optimizer.step()`) gets xm.optimizer_step but no step barrier and no finding: every .item() "
-                  "after it compiles a new, growing graph (semantic-segmentation-pytorch train.py:46-47; "
-                  "measured 40 compilations for 20 steps, 1 with the barrier)")
 @BOTH
 def test_step_over_an_optimizer_list_gets_a_barrier(migrated, target):
     run = migrated("30-optimizer-list-loop-step-no-barrier", target)
