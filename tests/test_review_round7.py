@@ -77,10 +77,6 @@ def test_optimizer_list_steps_become_xm_steps(migrated, target):
     assert _calls(run.code["train.py"], "xm.optimizer_step"), run.code["train.py"]
 
 
-@known_defect(30, "boolean-mask indexing in a function the step calls (a self method, an imported loss) gets no "
-                  "XLA312: only the loop's own body is searched (SimCLR simclr.py:41-48, PyTorch-YOLOv3 "
-                  "utils/loss.py:151-155, "
-                  "ssd.pytorch multibox_loss.py; measured 10 executions and 10 host transfers per step)")
 @BOTH
 def test_bool_mask_indexing_in_step_callees_is_reported(migrated, target):
     run = migrated("30-bool-mask-indexing-in-step-callee-unreported", target)
