@@ -444,6 +444,20 @@ def test_mask_indexing_in_an_imported_step_helper_is_reported_at_the_call(tmp_pa
 
 
 @pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_targets_sized_by_the_box_count_are_reported_where_they_move(target):
+    # Issue 30 (PyTorch-YOLOv3's collate_fn + targets.to(device), ssd.pytorch's detection_collate + [ann.cuda()
+    # for ann in targets]): one compilation per distinct box count. Negatives: a collate whose concatenated
+    # items are one row each (a stack), the file names the ssd collate returns (never moved).
+    source = (ROOT / "fixtures" / "XLA312" / "box_count_targets.in.py").read_text()
+    found = [f for f in migrate(source, target=target, select="XLA312").findings if f.code == "XLA312"]
+    assert [f.line for f in found] == [43, 49], found
+    assert "yolo_collate() (the images' boxes concatenated into one tensor at line 20" in found[0].message
+    assert "first dimension is the batch's box count" in found[0].message
+    assert "ssd_collate() (a list of per-image box tensors at line 29" in found[1].message
+    assert "MAX_BOXES" in found[0].fix and "mask" in found[1].fix
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
 def test_coin_toss_per_time_step_is_reported(target):
     # Issue 30 (pytorch-seq2seq's teacher forcing): a host coin toss per decoder step picks the next input, a
     # new graph for nearly every pattern of tosses. Negatives: one toss per batch, the tosses drawn on the

@@ -87,9 +87,6 @@ def test_bool_mask_indexing_in_step_callees_is_reported(migrated, target):
         f"train.py: {_show(run.findings['train.py'])}; losses.py: {_show(run.findings['losses.py'])}")
 
 
-@known_defect(30, "detection targets whose size is the batch's box count (a concatenated (N, 6) tensor, a list of "
-                  "(n_i, 5) tensors) move to the device unreported: one compilation per distinct N (PyTorch-YOLOv3 "
-                  "train.py:161, ssd.pytorch train.py:169; measured 12 compilations in 16 steps)")
 @BOTH
 def test_variable_box_count_targets_are_reported(migrated, target):
     run = migrated("30-variable-box-count-targets-recompile", target)

@@ -12,7 +12,11 @@ What it does:
     one-argument ``torch.where(cond)``). Also (``xla_migrate.analysis.shapes``), what XLA316 does not
     rewrite: a ``collate_fn`` (a function, or a collate object's ``__call__``) that pads each batch to its
     own longest sequence or largest image (``pad_sequence`` without a maximum length in the script,
-    ``max(len(s) for s in batch)``), a corpus on the device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
+    ``max(len(s) for s in batch)``); detection targets sized by the batch's box count (``transforms/loop/
+    box_count_targets.py``: a collate that concatenates each image's boxes, ``torch.cat(targets, 0)``, or
+    returns them as a list of per-image tensors), reported where the training loop moves them to the device
+    (at the collate when a device loader moves them), with the fix: pad to a fixed maximum number of boxes
+    with a validity mask; a corpus on the device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
     loop whose bounds come from the loop's variables (``data[i:i + bs]``). Host-random geometry on the step's
     device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
     ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
@@ -51,6 +55,7 @@ from xla_migrate.analysis.steps import Region
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.hf import hf_common
 from xla_migrate.transforms.common import short
+from xla_migrate.transforms.loop import box_count_targets as box_counts
 from xla_migrate.transforms.loop import host_random_geometry as geometry
 from xla_migrate.transforms.loop import static_batch_shapes
 
@@ -198,6 +203,8 @@ class DynamicShapesInLoop(Rule):
             else:
                 self.finding(collate.node, f"{short(collate.node)} in the collate function {name}(): pads each "
                                            "batch to its own largest size: a new graph for every new size", PAD_FIX)
+        for move in box_counts.counted_moves(ctx) if ctx.steps.training_loops else ():
+            self.finding(move.node, box_counts.message(ctx, move), box_counts.BOX_FIX)
         corpora = shapes.device_corpora(ctx)
         reported: set[cst.CSTNode] = set()
         for corpus in corpora:
