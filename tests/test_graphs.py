@@ -443,6 +443,37 @@ def test_mask_indexing_in_an_imported_step_helper_is_reported_at_the_call(tmp_pa
     assert not findings(run((tmp_path / "train.py").read_text()), "XLA312")
 
 
+def test_mask_indexing_in_an_imported_loss_module_is_reported_at_its_line(tmp_path):
+    # Issue 30 (ssd.pytorch's MultiBoxLoss.forward: loc_data[pos_idx]): a loss class of another module that a
+    # loop calls every step; the finding is in that module, at the index, naming the loop's call.
+    write(tmp_path, {"multibox.py": """\
+        import torch.nn as nn
+
+
+        class MultiBoxLoss(nn.Module):
+            def forward(self, loc, conf, targets):
+                pos = conf > 0
+                return (loc[pos] - targets[pos]).abs().sum() / pos.sum()
+        """, "train.py": """\
+        from multibox import MultiBoxLoss
+
+
+        def main(model, loader, optimizer, device):
+            criterion = MultiBoxLoss()
+            for x, y in loader:
+                loc, conf = model(x.to(device))
+                loss = criterion(loc, conf, y.to(device))
+                loss.backward()
+                optimizer.step()
+        """})
+    index = index_for(str(tmp_path), Ignorer(True, []))
+    result = run((tmp_path / "multibox.py").read_text(), path=str(tmp_path / "multibox.py"), project=index)
+    found = findings(result, "XLA312")
+    assert [line for line, _ in found] == [7, 7], found
+    assert "loc[pos] in MultiBoxLoss.forward (run every step by the loop at train.py:6: criterion(...))" in found[0][1]
+    assert not findings(run((tmp_path / "multibox.py").read_text()), "XLA312")
+
+
 @pytest.mark.parametrize("target", ["2.9", "sagemaker"])
 def test_targets_sized_by_the_box_count_are_reported_where_they_move(target):
     # Issue 30 (PyTorch-YOLOv3's collate_fn + targets.to(device), ssd.pytorch's detection_collate + [ann.cuda()

@@ -6,7 +6,8 @@ What it does:
     Hugging Face ``TrainingArguments(...)`` without ``dataloader_drop_last=True`` (the Trainer's loader);
     in a training step (a training loop's body or a function it calls: a helper, a ``self`` method, named with the
     call in the step; a function of another project module the step calls, reported at the call with the line
-    of its masked index, from the project index), boolean-mask indexing (``x[x > 0]``, ``x[mask]`` with
+    of its masked index, from the project index; the forward of a loss class of this module that a loop of another
+    module calls every step, at the index, naming that loop's call), boolean-mask indexing (``x[x > 0]``, ``x[mask]`` with
     ``mask`` a comparison, ``x[~mask]``, a mask made with ``dtype=torch.bool``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
     one-argument ``torch.where(cond)``). Also (``xla_migrate.analysis.shapes``), what XLA316 does not
