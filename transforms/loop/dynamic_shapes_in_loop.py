@@ -246,10 +246,28 @@ class DynamicShapesInLoop(Rule):
         return (f" in {region.function.name.value}() (called every step at line {self.ctx.position(call)[0]}: "
                 f"{short(call, 50)})")
 
+    def _feeds_every_step(self, node: cst.Call) -> bool:
+        """The call runs in every step and its value is used (``loss = criterion(...)``): not a statement of its
+        own (``plot_images(...)``) nor under an ``if`` of the loop (a validation on the last batch), whose
+        helpers are host code or run once an epoch (yolov5's plots and ``validate.run``)."""
+        region = self._region(node)
+        statement = self.ctx.enclosing_statement(node)
+        if region is None or statement is None:
+            return False
+        if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr):
+            return False
+        stop = region.function if region.in_callee else region.step.loop
+        current = self.ctx.parent(statement)
+        while current is not None and current is not stop:
+            if isinstance(current, (cst.If, cst.Else)):
+                return False
+            current = self.ctx.parent(current)
+        return True
+
     def _imported_mask_index(self, node: cst.Call) -> None:
         """A call in the step of a function of another project module that indexes with a boolean mask (an
         imported loss: the project index says where)."""
-        if self.ctx.project is None or self.ctx.steps.callee(node) is not None:
+        if self.ctx.project is None or self.ctx.steps.callee(node) is not None or not self._feeds_every_step(node):
             return
         for name in sorted(self.ctx.qualnames(node.func)):
             found = self.ctx.project.mask_index(name)

@@ -214,7 +214,11 @@ def _over_optimizers(node: cst.For) -> bool:
     if isinstance(node.iter, cst.Call) and patterns.dotted_name(node.iter.func) in ("range", "enumerate"):
         return False
     names = _target_names(node.target)
-    return bool(names) and is_optimizer_name(names[-1]) and "." not in names[-1]
+    if not names or not is_optimizer_name(names[-1]) or "." in names[-1]:
+        return False
+    # The variable is stepped or zeroed in the loop (not ``for option in options:``, a name that only looks so).
+    return bool(patterns.find_all(node.body, lambda n: patterns.method_call(n, "step", "zero_grad") is not None
+                                  and patterns.dotted_name(n.func.value) == names[-1]))  # type: ignore[attr-defined]
 
 
 def _barrier_keyword(node: cst.Call) -> bool:
