@@ -386,4 +386,4 @@ class DynamicShapesInLoop(Rule):
         one_arg_where = "torch.where" in names and len(node.args) == 1
         data_dependent = patterns.method_call(node, "nonzero", "masked_select", "unique")
         if names & set(DATA_DEPENDENT) or one_arg_where or data_dependent:
-            self.finding(node, f"{short(node)}: the result's size depends on the data", MASK_FIX)
+            self.finding(node, f"{short(node)}{self._where(node)}: the result's size depends on the data", MASK_FIX)
