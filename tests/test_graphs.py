@@ -399,6 +399,96 @@ def test_host_random_geometry_on_device_tensors_is_reported(target):
 
 
 @pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_mask_indexing_in_step_callees_is_reported(target):
+    # Issue 30 (SimCLR's info_nce, PyTorch-YOLOv3's build_targets): boolean-mask indexing in a function the step
+    # calls (a helper of the module, a self method with a torch.eye(..., dtype=torch.bool) mask) is reported at
+    # the index, naming the call. Negative: the same indexing in a function called after the loop.
+    source = (ROOT / "fixtures" / "XLA312" / "mask_in_step_callees.in.py").read_text()
+    found = findings(migrate(source, target=target, select="XLA312"), "XLA312")
+    assert [line for line, _ in found] == [8, 8, 24], found
+    assert "output[keep] in keep_valid() (called every step at line 32: keep_valid(features, y))" in found[0][1]
+    assert "similarity[~mask] in info_nce() (called every step at line 33: self.info_nce(features))" in found[2][1]
+
+
+def test_mask_indexing_in_an_imported_step_helper_is_reported_at_the_call(tmp_path):
+    # Issue 30 (SimCLR, ssd.pytorch's loss modules): the masked index lies in another module of the project;
+    # the project index says where, and the finding is at the step's call. Alone, nothing is known of it.
+    write(tmp_path, {"losses.py": """\
+        import torch
+
+
+        def contrastive(features):
+            eye = torch.eye(features.shape[0], dtype=torch.bool)
+            return features[~eye].mean()
+
+
+        def plain(features):
+            return features.mean()
+        """, "train.py": """\
+        import torch
+        from losses import contrastive, plain
+
+
+        def main(model, loader, optimizer, device):
+            for x, y in loader:
+                features = model(x.to(device))
+                loss = contrastive(features) + plain(features)
+                loss.backward()
+                optimizer.step()
+        """})
+    index = index_for(str(tmp_path), Ignorer(True, []))
+    result = run((tmp_path / "train.py").read_text(), path=str(tmp_path / "train.py"), project=index)
+    (line, message), = findings(result, "XLA312")
+    assert line == 8 and "contrastive() indexes with a boolean mask every step (losses.py:6: features[~eye])" in message
+    assert not findings(run((tmp_path / "train.py").read_text()), "XLA312")
+
+
+def test_mask_indexing_in_an_imported_loss_module_is_reported_at_its_line(tmp_path):
+    # Issue 30 (ssd.pytorch's MultiBoxLoss.forward: loc_data[pos_idx]): a loss class of another module that a
+    # loop calls every step; the finding is in that module, at the index, naming the loop's call.
+    write(tmp_path, {"multibox.py": """\
+        import torch.nn as nn
+
+
+        class MultiBoxLoss(nn.Module):
+            def forward(self, loc, conf, targets):
+                pos = conf > 0
+                return (loc[pos] - targets[pos]).abs().sum() / pos.sum()
+        """, "train.py": """\
+        from multibox import MultiBoxLoss
+
+
+        def main(model, loader, optimizer, device):
+            criterion = MultiBoxLoss()
+            for x, y in loader:
+                loc, conf = model(x.to(device))
+                loss = criterion(loc, conf, y.to(device))
+                loss.backward()
+                optimizer.step()
+        """})
+    index = index_for(str(tmp_path), Ignorer(True, []))
+    result = run((tmp_path / "multibox.py").read_text(), path=str(tmp_path / "multibox.py"), project=index)
+    found = findings(result, "XLA312")
+    assert [line for line, _ in found] == [7, 7], found
+    assert "loc[pos] in MultiBoxLoss.forward (run every step by the loop at train.py:6: criterion(...))" in found[0][1]
+    assert not findings(run((tmp_path / "multibox.py").read_text()), "XLA312")
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_targets_sized_by_the_box_count_are_reported_where_they_move(target):
+    # Issue 30 (PyTorch-YOLOv3's collate_fn + targets.to(device), ssd.pytorch's detection_collate + [ann.cuda()
+    # for ann in targets]): one compilation per distinct box count. Negatives: a collate whose concatenated
+    # items are one row each (a stack), the file names the ssd collate returns (never moved).
+    source = (ROOT / "fixtures" / "XLA312" / "box_count_targets.in.py").read_text()
+    found = [f for f in migrate(source, target=target, select="XLA312").findings if f.code == "XLA312"]
+    assert [f.line for f in found] == [43, 49], found
+    assert "yolo_collate() (the images' boxes concatenated into one tensor at line 20" in found[0].message
+    assert "first dimension is the batch's box count" in found[0].message
+    assert "ssd_collate() (a list of per-image box tensors at line 29" in found[1].message
+    assert "MAX_BOXES" in found[0].fix and "mask" in found[1].fix
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
 def test_coin_toss_per_time_step_is_reported(target):
     # Issue 30 (pytorch-seq2seq's teacher forcing): a host coin toss per decoder step picks the next input, a
     # new graph for nearly every pattern of tosses. Negatives: one toss per batch, the tosses drawn on the

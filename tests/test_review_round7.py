@@ -60,10 +60,6 @@ def test_cuda_device_context_is_dropped(migrated, target):
 # Severity G (more graphs or recompilations per step) ---------------------------------------------------------
 
 
-@known_defect(30, "an optimizer stepped inside a loop over the optimizer list (`for optimizer in optimizers: "
-                  "optimizer.step()`) gets xm.optimizer_step but no step barrier and no finding: every .item() "
-                  "after it compiles a new, growing graph (semantic-segmentation-pytorch train.py:46-47; "
-                  "measured 40 compilations for 20 steps, 1 with the barrier)")
 @BOTH
 def test_step_over_an_optimizer_list_gets_a_barrier(migrated, target):
     run = migrated("30-optimizer-list-loop-step-no-barrier", target)
@@ -81,10 +77,6 @@ def test_optimizer_list_steps_become_xm_steps(migrated, target):
     assert _calls(run.code["train.py"], "xm.optimizer_step"), run.code["train.py"]
 
 
-@known_defect(30, "boolean-mask indexing in a function the step calls (a self method, an imported loss) gets no "
-                  "XLA312: only the loop's own body is searched (SimCLR simclr.py:41-48, PyTorch-YOLOv3 "
-                  "utils/loss.py:151-155, "
-                  "ssd.pytorch multibox_loss.py; measured 10 executions and 10 host transfers per step)")
 @BOTH
 def test_bool_mask_indexing_in_step_callees_is_reported(migrated, target):
     run = migrated("30-bool-mask-indexing-in-step-callee-unreported", target)
@@ -95,9 +87,6 @@ def test_bool_mask_indexing_in_step_callees_is_reported(migrated, target):
         f"train.py: {_show(run.findings['train.py'])}; losses.py: {_show(run.findings['losses.py'])}")
 
 
-@known_defect(30, "detection targets whose size is the batch's box count (a concatenated (N, 6) tensor, a list of "
-                  "(n_i, 5) tensors) move to the device unreported: one compilation per distinct N (PyTorch-YOLOv3 "
-                  "train.py:161, ssd.pytorch train.py:169; measured 12 compilations in 16 steps)")
 @BOTH
 def test_variable_box_count_targets_are_reported(migrated, target):
     run = migrated("30-variable-box-count-targets-recompile", target)

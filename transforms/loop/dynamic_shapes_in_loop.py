@@ -4,13 +4,20 @@ What it does:
     Reports, with the line and the fix: a ``DataLoader`` that a training loop iterates without
     ``drop_last=True`` (its last batch is smaller when the dataset is not a multiple of the batch size), and
     Hugging Face ``TrainingArguments(...)`` without ``dataloader_drop_last=True`` (the Trainer's loader);
-    in a training step (a training loop's body or a function it calls, as the step model sees them), boolean-mask indexing
-    (``x[x > 0]``, ``x[mask]`` with ``mask`` a comparison, ``x[~mask]``) and the calls whose result size
+    in a training step (a training loop's body or a function it calls: a helper, a ``self`` method, named with the
+    call in the step; a function of another project module the step calls, reported at the call with the line
+    of its masked index, from the project index; the forward of a loss class of this module that a loop of another
+    module calls every step, at the index, naming that loop's call), boolean-mask indexing (``x[x > 0]``, ``x[mask]`` with
+    ``mask`` a comparison, ``x[~mask]``, a mask made with ``dtype=torch.bool``) and the calls whose result size
     depends on the data (``x.nonzero()``, ``torch.nonzero``, ``torch.masked_select``, ``torch.unique``,
     one-argument ``torch.where(cond)``). Also (``xla_migrate.analysis.shapes``), what XLA316 does not
     rewrite: a ``collate_fn`` (a function, or a collate object's ``__call__``) that pads each batch to its
     own longest sequence or largest image (``pad_sequence`` without a maximum length in the script,
-    ``max(len(s) for s in batch)``), a corpus on the device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
+    ``max(len(s) for s in batch)``); detection targets sized by the batch's box count (``transforms/loop/
+    box_count_targets.py``: a collate that concatenates each image's boxes, ``torch.cat(targets, 0)``, or
+    returns them as a list of per-image tensors), reported where the training loop moves them to the device
+    (at the collate when a device loader moves them), with the fix: pad to a fixed maximum number of boxes
+    with a validity mask; a corpus on the device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
     loop whose bounds come from the loop's variables (``data[i:i + bs]``). Host-random geometry on the step's
     device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
     ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
@@ -45,9 +52,11 @@ import libcst as cst
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis import shapes
 from xla_migrate.analysis.facts import DATALOADERS, DEVICE_LOADERS
+from xla_migrate.analysis.steps import Region
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.hf import hf_common
 from xla_migrate.transforms.common import short
+from xla_migrate.transforms.loop import box_count_targets as box_counts
 from xla_migrate.transforms.loop import host_random_geometry as geometry
 from xla_migrate.transforms.loop import static_batch_shapes
 
@@ -62,7 +71,9 @@ PAD_FIX = ("pad every batch to one fixed length (the dataset's maximum: pad_sequ
 SLICE_FIX = ("keep the tensor on the host and move each slice to the device (x[i:i + n].to(device)): the batch "
              "then has the same shape every step and the slicing costs no graph")
 MASK_FIX = ("keep the shape: use the mask arithmetically (torch.where(mask, x, 0), x * mask, "
-            "loss with reduction='none' times the mask, divided by mask.sum())")
+            "loss with reduction='none' times the mask, divided by mask.sum()); where each row keeps the same "
+            "count (x[~torch.eye(n, dtype=torch.bool)].view(n, -1)), gather with indices built once "
+            "(torch.gather(x, 1, idx))")
 
 
 class DynamicShapesInLoop(Rule):
@@ -76,16 +87,31 @@ class DynamicShapesInLoop(Rule):
         super().__init__(ctx)
         self._iterated = self._training_loader_names() if ctx.steps.training_loops else set()
         self._training_args = hf_common.local_training_args_classes(ctx.module, ctx)
-        # Names bound to boolean masks, per training loop.
-        self._masks: dict[cst.CSTNode, set[str]] = {}
+        # Names bound to boolean masks, per training loop and function.
+        self._masks: dict[object, set[str]] = {}
         # Names bound to host random draws, per function (None: the module's code) or per loop (coin tosses).
         self._random: dict[cst.CSTNode | None, set[str]] = {}
         self._cutmix_bound = geometry.cutmix_bindings(ctx) if ctx.steps.training_loops else {}
 
+    def _region(self, node: cst.CSTNode) -> Region | None:
+        """Where ``node`` runs in a training step: the loop's body, a function the step model follows, or one
+        the loop calls that holds no step event (``self.info_nce(features)``: issue 30), else None."""
+        steps = self.ctx.steps
+        region = steps.training_region(node)
+        if region is None:
+            region = steps.called_region(node)
+        return region if region is not None and region.step.kind == "train" else None
+
     def _training_step(self, node: cst.CSTNode) -> object | None:
-        """The training step ``node`` runs in (its loop's step, or a function the loop calls), else None."""
-        region = self.ctx.steps.training_region(node)
-        return region.step.loop if region is not None else None
+        """The training step ``node`` runs in, with the function holding it (where its masks are bound); for a
+        function of this module that a loop of another module runs every step (``foreign_step``), that
+        function alone; else None."""
+        region = self._region(node)
+        if region is not None:
+            return (region.step.loop, region.function)
+        if self.ctx.project is not None and self.ctx.steps.foreign_step(node):
+            return (None, self.ctx.steps.function_of(node))
+        return None
 
     # Loaders ---------------------------------------------------------------------------------------------
     def _training_loader_names(self) -> set[str]:
@@ -147,7 +173,7 @@ class DynamicShapesInLoop(Rule):
                          "pass dataloader_drop_last=True")
 
     # Masks and data-dependent sizes in the loop ----------------------------------------------------------------
-    def _is_mask(self, node: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+    def _is_mask(self, node: cst.BaseExpression, loop: object) -> bool:
         if isinstance(node, cst.Comparison):
             return True
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
@@ -155,7 +181,9 @@ class DynamicShapesInLoop(Rule):
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr)):
             return self._is_mask(node.left, loop) or self._is_mask(node.right, loop)
         if isinstance(node, cst.Call):
-            return bool(self.ctx.qualnames(node.func) & set(MASK_CALLS)) or bool(patterns.method_call(node, "bool"))
+            dtype = patterns.keyword(node, "dtype")  # torch.eye(n, dtype=torch.bool): SimCLR's mask
+            return bool(self.ctx.qualnames(node.func) & set(MASK_CALLS)) or bool(patterns.method_call(node, "bool")) \
+                or (dtype is not None and patterns.dotted_name(dtype.value) in ("torch.bool", "bool"))
         return isinstance(node, cst.Name) and node.value in self._masks.get(loop, set())
 
     # Padding to each batch's longest, a device corpus sliced per step (what XLA316 does not rewrite) --------
@@ -176,6 +204,8 @@ class DynamicShapesInLoop(Rule):
             else:
                 self.finding(collate.node, f"{short(collate.node)} in the collate function {name}(): pads each "
                                            "batch to its own largest size: a new graph for every new size", PAD_FIX)
+        for move in box_counts.counted_moves(ctx) if ctx.steps.training_loops else ():
+            self.finding(move.node, box_counts.message(ctx, move), box_counts.BOX_FIX)
         corpora = shapes.device_corpora(ctx)
         reported: set[cst.CSTNode] = set()
         for corpus in corpora:
@@ -200,7 +230,51 @@ class DynamicShapesInLoop(Rule):
         self._random_slice(node)
         for element in node.slice:
             if isinstance(element.slice, cst.Index) and self._is_mask(element.slice.value, loop):
-                self.finding(node, f"{short(node)}: boolean-mask indexing gives a shape that depends on the data",
+                self.finding(node, f"{short(node)}{self._where(node)}: boolean-mask indexing gives a shape that "
+                                   "depends on the data", MASK_FIX)
+                return
+
+    def _where(self, node: cst.CSTNode) -> str:
+        """`` in info_nce() (called every step at line 25: self.info_nce(features))`` for a node in a function
+        the step calls; the foreign step's description for one a loop of another module runs; else ""."""
+        region = self._region(node)
+        if region is None:
+            return self.ctx.steps.foreign_step(node) or ""
+        if not region.in_callee or region.function is None:
+            return ""
+        call = region.path[0]
+        return (f" in {region.function.name.value}() (called every step at line {self.ctx.position(call)[0]}: "
+                f"{short(call, 50)})")
+
+    def _feeds_every_step(self, node: cst.Call) -> bool:
+        """The call runs in every step and its value is used (``loss = criterion(...)``): not a statement of its
+        own (``plot_images(...)``) nor under an ``if`` of the loop (a validation on the last batch), whose
+        helpers are host code or run once an epoch (yolov5's plots and ``validate.run``)."""
+        region = self._region(node)
+        statement = self.ctx.enclosing_statement(node)
+        if region is None or statement is None:
+            return False
+        if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Expr):
+            return False
+        stop = region.function if region.in_callee else region.step.loop
+        current = self.ctx.parent(statement)
+        while current is not None and current is not stop:
+            if isinstance(current, (cst.If, cst.Else)):
+                return False
+            current = self.ctx.parent(current)
+        return True
+
+    def _imported_mask_index(self, node: cst.Call) -> None:
+        """A call in the step of a function of another project module that indexes with a boolean mask (an
+        imported loss: the project index says where)."""
+        if self.ctx.project is None or self.ctx.steps.callee(node) is not None or not self._feeds_every_step(node):
+            return
+        for name in sorted(self.ctx.qualnames(node.func)):
+            found = self.ctx.project.mask_index(name)
+            if found is not None:
+                path, line, code = found
+                self.finding(node, f"{short(node)}: {short(node.func)}() indexes with a boolean mask every step "
+                                   f"({path}:{line}: {code[:60]}): a shape that depends on the data",
                              MASK_FIX)
                 return
 
@@ -307,8 +381,9 @@ class DynamicShapesInLoop(Rule):
             return
         self._cutmix(node)
         self._random_crop_call(node)
+        self._imported_mask_index(node)
         names = self.ctx.qualnames(node.func)
         one_arg_where = "torch.where" in names and len(node.args) == 1
         data_dependent = patterns.method_call(node, "nonzero", "masked_select", "unique")
         if names & set(DATA_DEPENDENT) or one_arg_where or data_dependent:
-            self.finding(node, f"{short(node)}: the result's size depends on the data", MASK_FIX)
+            self.finding(node, f"{short(node)}{self._where(node)}: the result's size depends on the data", MASK_FIX)

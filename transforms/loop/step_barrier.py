@@ -12,7 +12,9 @@ What it does:
       the project defines that method): the barrier goes after that call or the update after it. With gradient accumulation it runs once per
       optimizer step: inside ``if (i + 1) % k == 0:`` when the update is guarded (XLA301 then gives the loop
       no device loader, which would mark every micro-step), after the update when the micro-steps are a
-      nested loop. A training loop with no step in sight gets it at the end of its body;
+      nested loop. Optimizers stepped in a loop over their list (``for optimizer in optimizers:
+      optimizer.step()``, ``for name, opt in optims.items():``) each step once: the barrier goes after that
+      loop. A training loop with no step in sight gets it at the end of its body;
     - evaluation loops (no backward, a model forward per iteration): at the end of the body, once per batch.
 
     Loops that XLA301 wraps in ``pl.MpDeviceLoader`` get none: the device loader marks the step. A loop

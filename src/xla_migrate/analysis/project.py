@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .cpu_programs import never_placed
 from .project_flow import dotted as _dotted
-from .project_flow import (loop_model_calls, own_calls, per_step_functions, random_slice_helpers,
+from .project_flow import (loop_model_calls, mask_index_helpers, own_calls, per_step_functions, random_slice_helpers,
                            reads_through_own_calls, torch_module_class, walk_ast)
 from .truth_tests import first_truth_test, torch_aliases
 
@@ -82,6 +82,9 @@ class ModuleInfo:
     # function -> (line, code) of its first tensor-style slice (several dimensions or ``...``) at offsets a
     # ``random.*`` / ``np.random.*`` draw gives: a random crop helper (issue 30, XLA312)
     random_slices: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # function or "Class.method" -> (line, code) of its first boolean-mask indexing (``x[~mask]``): a loss
+    # helper the step calls gets a data-dependent shape (issue 30, XLA312)
+    mask_indexes: dict[str, tuple[int, str]] = field(default_factory=dict)
     # class -> its bases as written (``Ladder(BaseModel)`` -> ("BaseModel",)), to follow a model's base class
     # into the module it is imported from (issue 30: its methods are not script code)
     bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -184,6 +187,13 @@ class ProjectIndex:
         module, _, name = qualified.rpartition(".")
         target = self.resolve(rel, module) if module else None
         found = self.modules[target].random_slices.get(name) if target is not None else None
+        return (target, *found) if found else None
+
+    def mask_index(self, rel: str, qualified: str) -> tuple[str, int, str] | None:
+        """Where calling the function ``qualified`` (as ``rel`` sees it) indexes with a boolean mask."""
+        module, _, name = qualified.rpartition(".")
+        target = self.resolve(rel, module) if module else None
+        found = self.modules[target].mask_indexes.get(name) if target is not None else None
         return (target, *found) if found else None
 
     def class_ties(self, rel: str, qualified: str) -> tuple[tuple[str, str], ...]:
@@ -379,6 +389,9 @@ class ProjectFile:
     def random_slice(self, qualified: str) -> tuple[str, int, str] | None:
         return self.index.random_slice(self.rel, qualified)
 
+    def mask_index(self, qualified: str) -> tuple[str, int, str] | None:
+        return self.index.mask_index(self.rel, qualified)
+
     def instance_effects(self, name: str, method: str = "__call__") -> tuple[str, ...]:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
         found = self.index.instance_class(self.rel, name)
@@ -522,7 +535,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
                       ties=ties, loop_models=loop_model_calls(tree), calls=calls_of,
-                      random_slices=random_slice_helpers(tree), bases=bases,
+                      random_slices=random_slice_helpers(tree), mask_indexes=mask_index_helpers(tree), bases=bases,
                       abstract=tuple(abstract))
 
 

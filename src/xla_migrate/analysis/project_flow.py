@@ -223,3 +223,39 @@ def random_slice_helpers(tree: ast.Module) -> dict[str, tuple[int, str]]:
                 if function.name not in found or candidate[0] < found[function.name][0]:
                     found[function.name] = candidate
     return found
+
+
+def _is_ast_mask(node: ast.expr, masks: set[str]) -> bool:
+    """A boolean mask as XLA312 sees one: a comparison, ``~m``, ``a & b``, ``x.bool()``, a tensor made with
+    ``dtype=torch.bool``, or a name bound to one of these."""
+    if isinstance(node, ast.Compare):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+        return _is_ast_mask(node.operand, masks)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+        return _is_ast_mask(node.left, masks) or _is_ast_mask(node.right, masks)
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "bool" and not node.args:
+            return True
+        return any(k.arg == "dtype" and dotted(k.value) in ("torch.bool", "bool") for k in node.keywords)
+    return isinstance(node, ast.Name) and node.id in masks
+
+
+def mask_index_helpers(tree: ast.Module) -> dict[str, tuple[int, str]]:
+    """Top-level functions (and ``Class.method``) whose code indexes with a boolean mask (``x[~mask]``,
+    ``sim[labels.bool()]``): (line, code) of the first; a step that calls one gets a data-dependent shape."""
+    found: dict[str, tuple[int, str]] = {}
+    functions = [(f.name, f) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions += [(f"{c.name}.{f.name}", f) for c in tree.body if isinstance(c, ast.ClassDef)
+                  for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for name, function in functions:
+        masks: set[str] = set()
+        for statement in walk_ast(function):  # breadth first: a nested block's binding may come late
+            if isinstance(statement, ast.Assign) and _is_ast_mask(statement.value, masks):
+                masks |= {t.id for t in statement.targets if isinstance(t, ast.Name)}
+        for node in walk_ast(function):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_ast_mask(node.slice, masks):
+                candidate = (node.lineno, ast.unparse(node))
+                if name not in found or candidate[0] < found[name][0]:
+                    found[name] = candidate
+    return found

@@ -261,7 +261,10 @@ class CallPaths:
     def _inner_loop(self, raw_loop: Loop | None, loop: Loop | None) -> Loop | None | bool:
         """For a node whose innermost loop is ``raw_loop``: None when it runs once per iteration of ``loop``
         (once per call when ``loop`` is None), the loop below ``loop`` that repeats it, or False when it
-        lies outside ``loop``."""
+        lies outside ``loop``. A loop over the optimizers (``for optimizer in optimizers: optimizer.step()``)
+        repeats nothing of the step: each optimizer's update runs once, so its nodes count as its parent's."""
+        while raw_loop is not loop and raw_loop in self._c.optimizer_loops:
+            raw_loop = self._c.loop_parent.get(raw_loop)
         if raw_loop is loop:
             return None
         current = raw_loop

@@ -41,6 +41,8 @@ class _Collector(cst.CSTVisitor):
         self.loop_function: dict[Loop, Function] = {}
         self.loop_parent: dict[Loop, Loop | None] = {}
         self.loops: list[Loop] = []
+        # ``for optimizer in optimizers:`` loops: each optimizer is stepped once per step (issue 30).
+        self.optimizer_loops: set[Loop] = set()
         # node -> (function, innermost loop of that function) for the nodes the rules ask about.
         self.where: dict[cst.CSTNode, tuple[Function, Loop | None]] = {}
         # (function, assigned names, value, loop) for the tensor-name flow.
@@ -115,6 +117,8 @@ class _Collector(cst.CSTVisitor):
         node.target.visit(self)
         node.iter.visit(self)
         self._enter_loop(node)
+        if _over_optimizers(node):
+            self.optimizer_loops.add(node)
         node.body.visit(self)
         self._loop_stacks[-1].pop()
         if node.orelse is not None:
@@ -201,6 +205,20 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
         return _target_names(target.value)
     name = patterns.dotted_name(target)
     return [name] if name is not None else []
+
+
+def _over_optimizers(node: cst.For) -> bool:
+    """``for optimizer in optimizers:``, ``for opt in (opt_g, opt_d):``, ``for name, opt in optims.items():``:
+    a loop whose variable names an optimizer runs each optimizer's update once, so what it holds runs once
+    per step (the step of semantic-segmentation-pytorch's encoder and decoder)."""
+    if isinstance(node.iter, cst.Call) and patterns.dotted_name(node.iter.func) in ("range", "enumerate"):
+        return False
+    names = _target_names(node.target)
+    if not names or not is_optimizer_name(names[-1]) or "." in names[-1]:
+        return False
+    # The variable is stepped or zeroed in the loop (not ``for option in options:``, a name that only looks so).
+    return bool(patterns.find_all(node.body, lambda n: patterns.method_call(n, "step", "zero_grad") is not None
+                                  and patterns.dotted_name(n.func.value) == names[-1]))  # type: ignore[attr-defined]
 
 
 def _barrier_keyword(node: cst.Call) -> bool:
