@@ -792,3 +792,18 @@ def test_an_ignite_auto_optim_plain_step_is_left_with_a_note():
         notes = [c for c in result.changes if c.line == 9]
         assert notes and "already xm.optimizer_step(optimizer, barrier=True)" in notes[0].message
         assert not result.findings
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_the_step_barrier_goes_after_the_steps_collectives(target):
+    """dist.gather and dist.reduce after opt.step() (XLA410/411's xm collectives are lazy): the barrier goes after
+    them, so every replica runs them in the step's graph; right after the step, rank 0's read would run them in a
+    graph of its own on rank 0 alone (2 replicas hung; tests/xla/test_collectives_after_step_proof.py)."""
+    source = (Path(__file__).resolve().parent.parent / "fixtures" / "XLA302" / "collectives_after_step.in.py")
+    result = migrate(source.read_text().replace("def train(", "def main():\n    dist.init_process_group('nccl')\n\n\n"
+                                                "def train("), target=target, data_parallel="xm")
+    lines = [line.strip() for line in result.code.splitlines()]
+    barrier = lines.index("torch_xla.sync()" if target == "2.9" else "xm.mark_step()")
+    assert lines[barrier - 1] == 'xm.all_reduce("sum", [total])', result.code
+    assert any("xm.all_gather(" in line for line in lines[:barrier]), result.code
+    assert lines[barrier + 1] == "if xm.is_master_ordinal(local=False):", result.code
