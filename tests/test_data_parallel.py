@@ -750,8 +750,8 @@ IGNITE_MAIN = textwrap.dedent('''\
 def test_an_ignite_auto_optim_optimizer_steps_as_it_is_across_modules(tmp_path, target, distributed):
     """pytorch/ignite's examples: idist.auto_optim (in utils.py) returns an optimizer whose step() on XLA is
     xm.optimizer_step(opt, barrier=True); main.py steps it through a GradScaler in an Engine's process
-    function. No xm.optimizer_step around it (the gradients would be reduced twice), no second barrier, no
-    finding; a note says why."""
+    function. No xm.optimizer_step around it (the gradients would be reduced twice), no finding; a note says
+    why."""
     from xla_migrate.analysis.project import build_index
 
     (tmp_path / "utils.py").write_text(IGNITE_UTILS)
@@ -760,7 +760,10 @@ def test_an_ignite_auto_optim_optimizer_steps_as_it_is_across_modules(tmp_path, 
     main = migrate(IGNITE_MAIN, path=str(tmp_path / "main.py"), target=target, project=index,
                    distributed=distributed)
     assert main.error is None
-    assert "optimizer_step" not in main.code and "mark_step" not in main.code and "sync()" not in main.code
+    assert "optimizer_step" not in main.code
+    # The Engine's step barrier stays: on backends other than xla-tpu auto_optim changes nothing, and without it
+    # the graph grows (one compile per step, measured); after barrier=True it finds nothing pending.
+    assert main.code.count("torch_xla.sync()" if target == "2.9" else "xm.mark_step()") == 1, main.code
     assert not [f for f in main.findings if "optimizer" in f.message], main.findings
     if target == "2.9":  # no GradScaler on 2.9: the scaler's step becomes the optimizer's own
         assert "        optimizer.step()\n" in main.code
@@ -788,7 +791,7 @@ def test_an_ignite_auto_optim_plain_step_is_left_with_a_note():
     for target in ("2.9", "sagemaker"):
         result = migrate(source, target=target)
         assert "        optimizer.step()\n" in result.code and "optimizer_step" not in result.code
-        assert "mark_step" not in result.code and "sync()" not in result.code
+        assert "pl.MpDeviceLoader(loader" in result.code, result.code  # the loop's step marked as before
         notes = [c for c in result.changes if c.line == 9]
         assert notes and "already xm.optimizer_step(optimizer, barrier=True)" in notes[0].message
         assert not result.findings

@@ -235,8 +235,8 @@ class GradScalerToXla(Rule):
                     f"gradients already all-reduced by {by}")
                 if itself and not eager:
                     why = ("the optimizer comes from ignite's idist.auto_optim, whose step() on XLA (backend "
-                           "'xla-tpu') is already xm.optimizer_step(optimizer, barrier=True): it reduces and marks "
-                           "the step")
+                           "'xla-tpu') is already xm.optimizer_step(optimizer, barrier=True): it reduces; the step "
+                           "barrier stays for the other backends, where auto_optim changes nothing)")
                 self.replace(node, plain_step, f"{short(node)} -> {short(plain_step(node))} ({why})")
                 return True
             step = patterns.parsed_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))

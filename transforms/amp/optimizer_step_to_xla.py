@@ -11,7 +11,8 @@ What it does:
     target has no scaler). A direct ``optimizer.step()`` in an AMP script (bfloat16 autocast without a
     scaler, or the unscaled branch of a script) is rewritten too: it is an unscaled step like any other.
     An optimizer from ignite's ``idist.auto_optim(...)`` is left as it is (a note says why): on XLA (ignite's
-    ``xla-tpu`` backend) its ``step()`` is already ``xm.optimizer_step(optimizer, barrier=True)``.
+    ``xla-tpu`` backend) its ``step()`` is already ``xm.optimizer_step(optimizer, barrier=True)`` (XLA302's
+    barrier stays: on other backends auto_optim changes nothing).
     Scripts that build an ``accelerate.Accelerator`` are left alone: the prepared optimizer all-reduces on
     XLA itself (XLA605).
     In a distributed loop whose gradients XLA406 all-reduces explicitly (they are clipped or read before the
@@ -68,7 +69,7 @@ class OptimizerStepToXla(Rule):
             # ignite's idist.auto_optim optimizer: its step() is xm.optimizer_step(opt, barrier=True) on XLA.
             self.ctx.record_change(self.code, node, f"{short(node)} left as it is: the optimizer comes from ignite's "
                                    "idist.auto_optim, whose step() on XLA (backend 'xla-tpu') is already "
-                                   "xm.optimizer_step(optimizer, barrier=True): it reduces and marks the step")
+                                   "xm.optimizer_step(optimizer, barrier=True): it reduces (the step barrier stays for the other backends, where auto_optim changes nothing; after barrier=True it finds nothing to run)")
             return
         if self.ctx.steps.explicitly_reduced_step(node):
             # XLA406 all-reduces this loop's gradients right after the backward: a second reduction here
