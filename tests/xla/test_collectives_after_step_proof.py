@@ -12,6 +12,7 @@ loss and rank 0 the reduced sum per step, and the values must agree.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import textwrap
@@ -49,9 +50,9 @@ ORIGINAL = textwrap.dedent('''\
             opt.step()
             total = loss.detach().clone()
             dist.reduce(total, dst=0)
-            print(f"replica {rank} step {step} loss {loss.item():.6f}", flush=True)
+            print(f"replica {rank} step {step} loss {loss.item():.6f}\\n", end="", flush=True)
             if rank == 0:
-                print(f"step {step} reduced {total.item():.6f}", flush=True)
+                print(f"step {step} reduced {total.item():.6f}\\n", end="", flush=True)
 
 
     if __name__ == "__main__":
@@ -60,13 +61,10 @@ ORIGINAL = textwrap.dedent('''\
 
 
 def _values(stdout: str) -> dict[str, float]:
-    """``replica R step S loss V`` and ``step S reduced V`` lines -> {"replica R step S loss": V, ...}."""
-    found = {}
-    for line in stdout.splitlines():
-        words = line.split()
-        if len(words) >= 4 and (words[0] == "replica" or words[2] == "reduced"):
-            found[" ".join(words[:-1])] = float(words[-1])
-    return found
+    """``replica R step S loss V`` and ``step S reduced V`` -> {"replica R step S loss": V, ...} (the replicas
+    are threads of one process: their lines may interleave)."""
+    return {key: float(value) for key, value in
+            re.findall(r"(replica \d+ step \d+ loss|step \d+ reduced) (-?\d+\.\d{6})", stdout)}
 
 
 def _gloo_run(python: Path) -> str:
