@@ -695,3 +695,118 @@ def test_a_project_with_a_module_level_torchrun_entry_is_ddp_in_every_module(tmp
     entry = migrate((tmp_path / "train.py").read_bytes(), target="2.9", path=str(tmp_path / "train.py"),
                     project=index)
     assert entry.data_parallel == "xm", entry.data_parallel_reason
+
+
+IGNITE_UTILS = textwrap.dedent('''\
+    import torch.nn as nn
+    import torch.optim as optim
+    import ignite.distributed as idist
+
+
+    def initialize(config):
+        model = idist.auto_model(nn.Linear(8, 2))
+        optimizer = optim.SGD(model.parameters(), lr=config["lr"])
+        optimizer = idist.auto_optim(optimizer)
+        return model, optimizer, nn.CrossEntropyLoss()
+    ''')
+IGNITE_MAIN = textwrap.dedent('''\
+    import torch
+    from torch.amp import GradScaler, autocast
+    import ignite.distributed as idist
+    from ignite.engine import Engine
+
+    import utils
+
+
+    def create_trainer(model, optimizer, criterion, config):
+        scaler = GradScaler(enabled=config["with_amp"])
+
+        def train_step(engine, batch):
+            x, y = batch[0].cuda(), batch[1].cuda()
+            with autocast("cuda", enabled=config["with_amp"]):
+                loss = criterion(model(x), y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            return {"batch loss": loss.item()}
+
+        return Engine(train_step)
+
+
+    def training(local_rank, config):
+        model, optimizer, criterion = utils.initialize(config)
+        create_trainer(model, optimizer, criterion, config).run(config["data"])
+
+
+    if __name__ == "__main__":
+        with idist.Parallel(backend="xla-tpu", nproc_per_node=8) as parallel:
+            parallel.run(training, {"lr": 0.1, "with_amp": False, "data": []})
+    ''')
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+@pytest.mark.parametrize("distributed", [None, True])
+def test_an_ignite_auto_optim_optimizer_steps_as_it_is_across_modules(tmp_path, target, distributed):
+    """pytorch/ignite's examples: idist.auto_optim (in utils.py) returns an optimizer whose step() on XLA is
+    xm.optimizer_step(opt, barrier=True); main.py steps it through a GradScaler in an Engine's process
+    function. No xm.optimizer_step around it (the gradients would be reduced twice), no finding; a note says
+    why."""
+    from xla_migrate.analysis.project import build_index
+
+    (tmp_path / "utils.py").write_text(IGNITE_UTILS)
+    (tmp_path / "main.py").write_text(IGNITE_MAIN)
+    index = build_index(str(tmp_path), [str(tmp_path / "utils.py"), str(tmp_path / "main.py")])
+    main = migrate(IGNITE_MAIN, path=str(tmp_path / "main.py"), target=target, project=index,
+                   distributed=distributed)
+    assert main.error is None
+    assert "optimizer_step" not in main.code
+    # The Engine's step barrier stays: on backends other than xla-tpu auto_optim changes nothing, and without it
+    # the graph grows (one compile per step, measured); after barrier=True it finds nothing pending.
+    assert main.code.count("torch_xla.sync()" if target == "2.9" else "xm.mark_step()") == 1, main.code
+    assert not [f for f in main.findings if "optimizer" in f.message], main.findings
+    if target == "2.9":  # no GradScaler on 2.9: the scaler's step becomes the optimizer's own
+        assert "        optimizer.step()\n" in main.code
+        assert any("idist.auto_optim" in c.message and c.line == 18 for c in main.changes), main.changes
+    else:
+        assert "scaler.step(optimizer)" in main.code
+    # Alone (no project: the binding is not in view), the same file gets the torch_xla step and its barrier.
+    alone = migrate(IGNITE_MAIN, target="2.9")
+    assert "xm.optimizer_step(optimizer)" in alone.code and "torch_xla.sync()" in alone.code
+
+
+def test_an_ignite_auto_optim_plain_step_is_left_with_a_note():
+    source = textwrap.dedent('''\
+        import torch
+        import ignite.distributed as idist
+
+
+        def train(model, loader):
+            optimizer = idist.auto_optim(torch.optim.SGD(model.parameters(), lr=0.1))
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        ''')
+    for target in ("2.9", "sagemaker"):
+        result = migrate(source, target=target)
+        assert "        optimizer.step()\n" in result.code and "optimizer_step" not in result.code
+        assert "pl.MpDeviceLoader(loader" in result.code, result.code  # the loop's step marked as before
+        notes = [c for c in result.changes if c.line == 9]
+        assert notes and "already xm.optimizer_step(optimizer, barrier=True)" in notes[0].message
+        assert not result.findings
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_the_step_barrier_goes_after_the_steps_collectives(target):
+    """dist.gather and dist.reduce after opt.step() (XLA410/411's xm collectives are lazy): the barrier goes after
+    them, so every replica runs them in the step's graph; right after the step, rank 0's read would run them in a
+    graph of its own on rank 0 alone (2 replicas hung; tests/xla/test_collectives_after_step_proof.py)."""
+    source = (Path(__file__).resolve().parent.parent / "fixtures" / "XLA302" / "collectives_after_step.in.py")
+    result = migrate(source.read_text().replace("def train(", "def main():\n    dist.init_process_group('nccl')\n\n\n"
+                                                "def train("), target=target, data_parallel="xm")
+    lines = [line.strip() for line in result.code.splitlines()]
+    barrier = lines.index("torch_xla.sync()" if target == "2.9" else "xm.mark_step()")
+    assert lines[barrier - 1] == 'xm.all_reduce("sum", [total])', result.code
+    assert any("xm.all_gather(" in line for line in lines[:barrier]), result.code
+    assert lines[barrier + 1] == "if xm.is_master_ordinal(local=False):", result.code

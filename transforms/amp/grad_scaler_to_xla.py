@@ -9,7 +9,8 @@ What it does:
     and its uses are rewritten: ``scaler.scale(loss)`` -> ``loss``,
     ``scaler.unscale_(opt)`` and ``scaler.update()`` removed, ``scaler.step(opt)`` -> the target's optimizer
     step (``xm.optimizer_step(opt)``; ``opt.step()`` in a distributed loop whose gradients XLA406 already
-    all-reduced, or in the ddp data-parallel form, where DDP reduces). When anything else still touches the scaler (``state_dict()`` in a checkpoint,
+    all-reduced, in the ddp data-parallel form, where DDP reduces, and for an optimizer from ignite's
+    ``idist.auto_optim``, whose step on XLA is already ``xm.optimizer_step(optimizer, barrier=True)``). When anything else still touches the scaler (``state_dict()`` in a checkpoint,
     ``load_state_dict``, ``get_scale()``, ``is_enabled()``, passing it on), the assignment stays, as a
     scaler that scales nothing (``torch.amp.GradScaler("xla", enabled=False)``), so those uses keep
     working, and each is reported with its line.
@@ -42,6 +43,7 @@ from __future__ import annotations
 import libcst as cst
 
 from xla_migrate.syntax import patterns
+from xla_migrate.analysis.steps.collect import steps_itself
 from xla_migrate.engine.rule import ALL_TARGETS, Rule
 from xla_migrate.transforms.common import imported_from, joined, parenthesized_for_attribute, short
 
@@ -219,7 +221,8 @@ class GradScalerToXla(Rule):
             return False
         if method == "step" and len(args) == 1 and len(positional) == 1:
             eager = self.ctx.target.runtime != "torch_xla"  # TorchTPU: a plain step, no barrier to add
-            if eager or self.ctx.steps.explicitly_reduced_step(node) or self.ctx.ddp_form:
+            itself = steps_itself(self.ctx, node)
+            if eager or itself or self.ctx.steps.explicitly_reduced_step(node) or self.ctx.ddp_form:
                 # XLA406 all-reduced the gradients after the backward, or DDP did in the backward (the ddp
                 # form): step without a second reduction.
                 def plain_step(updated: cst.Call) -> cst.Call:
@@ -230,6 +233,10 @@ class GradScalerToXla(Rule):
                 by = "DDP" if self.ctx.ddp_form else "XLA406"
                 why = "eager: the optimizer steps as on CUDA" if eager and not self.ctx.ddp_form else (
                     f"gradients already all-reduced by {by}")
+                if itself and not eager:
+                    why = ("the optimizer comes from ignite's idist.auto_optim, whose step() on XLA (backend "
+                           "'xla-tpu') is already xm.optimizer_step(optimizer, barrier=True): it reduces; the step "
+                           "barrier stays for the other backends, where auto_optim changes nothing)")
                 self.replace(node, plain_step, f"{short(node)} -> {short(plain_step(node))} ({why})")
                 return True
             step = patterns.parsed_expression(self.ctx.spell("optimizer_step", patterns.code_of(positional[0].value)))

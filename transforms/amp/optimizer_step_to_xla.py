@@ -10,6 +10,9 @@ What it does:
     ``.step()`` are left alone: with a GradScaler the scaler makes the step (XLA202 rewrites it where the
     target has no scaler). A direct ``optimizer.step()`` in an AMP script (bfloat16 autocast without a
     scaler, or the unscaled branch of a script) is rewritten too: it is an unscaled step like any other.
+    An optimizer from ignite's ``idist.auto_optim(...)`` is left as it is (a note says why): on XLA (ignite's
+    ``xla-tpu`` backend) its ``step()`` is already ``xm.optimizer_step(optimizer, barrier=True)`` (XLA302's
+    barrier stays: on other backends auto_optim changes nothing).
     Scripts that build an ``accelerate.Accelerator`` are left alone: the prepared optimizer all-reduces on
     XLA itself (XLA605).
     In a distributed loop whose gradients XLA406 all-reduces explicitly (they are clipped or read before the
@@ -40,6 +43,7 @@ import libcst as cst
 
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis.data_parallel import optimizer_receiver
+from xla_migrate.analysis.steps.collect import steps_itself
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 
@@ -61,6 +65,12 @@ class OptimizerStepToXla(Rule):
             return  # DDP all-reduced the gradients in the backward: xm.optimizer_step would reduce again
         if self.ctx.spmd_form:
             return  # one SPMD program: the compiler reduces the sharded batch's gradients in the backward
+        if steps_itself(self.ctx, node):
+            # ignite's idist.auto_optim optimizer: its step() is xm.optimizer_step(opt, barrier=True) on XLA.
+            self.ctx.record_change(self.code, node, f"{short(node)} left as it is: the optimizer comes from ignite's "
+                                   "idist.auto_optim, whose step() on XLA (backend 'xla-tpu') is already "
+                                   "xm.optimizer_step(optimizer, barrier=True): it reduces (the step barrier stays for the other backends, where auto_optim changes nothing; after barrier=True it finds nothing to run)")
+            return
         if self.ctx.steps.explicitly_reduced_step(node):
             # XLA406 all-reduces this loop's gradients right after the backward: a second reduction here
             # would run one more collective per step (the step model decides for both rules).

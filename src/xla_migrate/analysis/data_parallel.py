@@ -33,7 +33,7 @@ import libcst as cst
 from ..syntax import patterns
 from . import torchrun_script, update_sites
 from .facts import is_optimizer_param_name
-from .steps.collect import _is_scaler, _receiver
+from .steps.collect import _is_scaler, _receiver, steps_itself
 from .steps.kinds import BACKWARD, CLIP, GRAD, OPTIMIZER_STEP, STEP, UNSCALE
 from .steps.reductions import helper_steps, hidden_gradient_readers, step_optimizer, step_reductions, touches
 
@@ -230,8 +230,8 @@ def update_problems(ctx: MigrationContext) -> list[Problem]:
     problems: list[Problem] = []
     for function, update in sorted(model.sites(STEP), key=lambda pair: ctx.position(pair[1])):
         assert isinstance(update, cst.Call)
-        if ctx.is_call_to(update, OPTIMIZER_STEP):
-            continue  # already torch_xla's reducing step
+        if ctx.is_call_to(update, OPTIMIZER_STEP) or steps_itself(ctx, update):
+            continue  # already torch_xla's reducing step (or ignite's auto_optim optimizer, whose step is one)
         found = _loop_event(ctx, update) or _helper_event(ctx, update)
         if found is None:
             problems += _outside_loops(ctx, function, update)

@@ -48,6 +48,9 @@ class ModuleUpdates:
     # torch.distributed collectives no xm collective replaces (gather, scatter, *_object, send/recv...), or
     # called with a process group or async_op=True: the process group must stay for them
     collectives_without_xm: tuple[Site, ...] = ()
+    # ``opt = idist.auto_optim(...)`` (ignite.distributed): the name it binds (``what``: ``opt``, ``optimizer``).
+    # On XLA the optimizer it returns steps with ``xm.optimizer_step(opt, barrier=True)`` itself.
+    auto_optimized: tuple[Site, ...] = ()
     error: bool = False
 
 
@@ -62,7 +65,7 @@ def summarize(source: str | bytes) -> ModuleUpdates:
     collector.visit(tree)
     return ModuleUpdates(tuple(collector.backwards), tuple(collector.updates), tuple(collector.optimizers),
                          tuple(collector.ddp_wraps), tuple(collector.own_reductions),
-                         tuple(collector.collectives_without_xm))
+                         tuple(collector.collectives_without_xm), tuple(collector.auto_optimized))
 
 
 _CACHE: dict[tuple[str, int, int], ModuleUpdates] = {}
@@ -93,6 +96,7 @@ class _Collector(ast.NodeVisitor):
     ddp_wraps: list[tuple[Site, bool]] = field(default_factory=list)
     own_reductions: list[Site] = field(default_factory=list)
     collectives_without_xm: list[Site] = field(default_factory=list)
+    auto_optimized: list[Site] = field(default_factory=list)
     _names: list[str] = field(default_factory=list)
     _plain_wraps: set = field(default_factory=set)
     _grad_functions: list[bool] = field(default_factory=list)
@@ -126,6 +130,12 @@ class _Collector(ast.NodeVisitor):
         if isinstance(wrapper, ast.Call) and _is_ddp(wrapper) and len(node.targets) == 1:
             self.ddp_wraps.append((self._site(wrapper, "DistributedDataParallel(...)"), True))
             self._plain_wraps.add(wrapper)
+        value = node.value
+        if isinstance(value, ast.Call) and (_dotted(value.func) or "").rsplit(".", 1)[-1] == "auto_optim":
+            for target in node.targets:
+                name = _dotted(target)
+                if name is not None:
+                    self.auto_optimized.append(self._site(value, name.rsplit(".", 1)[-1]))
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:

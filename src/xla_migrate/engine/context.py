@@ -149,6 +149,8 @@ class MigrationContext:
         self.data_parallel_reason: str = ""
         # The codes of the rules in this run (None: every rule), so a rule can tell whether another one runs.
         self._rule_codes = rule_codes
+        # Analyses more than one rule asks for, computed once per file (see ``once``); the step model asks too.
+        self._once: dict[object, object] = {}
         # The step model: per loop, what one training or evaluation step does (analysis/steps/).
         self.steps = StepModel(self)
         if self.data_parallel == "auto" and self.distributed:
@@ -176,8 +178,6 @@ class MigrationContext:
         self._torch_bound_locally: bool | None = None
         self._cuda_paths: CudaPaths | None = None
         self._device_flow: DeviceFlow | None = None
-        # Analyses more than one rule asks for, computed once per file (see ``once``).
-        self._once: dict[object, object] = {}
 
     def _project_file_context(self, rel: str) -> MigrationContext | str:
         """The analysis of another file of this file's project (the module holding the program's update, for

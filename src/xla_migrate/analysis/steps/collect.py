@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ...syntax import patterns
+from .. import update_sites
 from .kinds import (_MODEL_NAME, _NOT_A_MODEL_NAME, _OPTIMIZER_NAME, _SCHEDULER_NAME, BACKWARD, BARRIER, CALL, CLIP, CLIP_GRADS, CLOSURE,
                     CONVERSIONS, FETCH, FETCH_GRADIENTS, FORWARD, GRAD, OPTIMIZER_STEP, READ, SCALER_UPDATE, SCHEDULE,
                     STEP, STEP_BARRIERS, STEP_CLOSURES, UNSCALE, ZERO_GRAD, Function, Loop)
@@ -191,6 +192,10 @@ class _Collector(cst.CSTVisitor):
         kind = _call_kind(self.ctx, node)
         if kind is not None:
             self._record(kind, node)
+            # An idist.auto_optim optimizer's step marks the step only on ignite's xla-tpu backend; elsewhere
+            # (backend None: ignite's examples' default) auto_optim returns the optimizer as it is, and without
+            # a barrier the graph grows (measured, 2.9: one compile per step). After its barrier=True the step's
+            # barrier finds nothing pending: 0 extra executions. So the barrier stays.
             if kind == STEP and _barrier_keyword(node):
                 self._record(BARRIER, node)
 
@@ -224,6 +229,37 @@ def _over_optimizers(node: cst.For) -> bool:
 def _barrier_keyword(node: cst.Call) -> bool:
     barrier = patterns.keyword(node, "barrier")
     return barrier is not None and patterns.dotted_name(barrier.value) == "True"
+
+
+def steps_itself(ctx: MigrationContext, node: cst.Call) -> bool:
+    """``opt.step()`` or ``scaler.step(opt)`` of an optimizer ignite's ``idist.auto_optim`` returned: on XLA (its
+    ``xla-tpu`` backend) that optimizer's ``step()`` is ``xm.optimizer_step(opt, barrier=True)``, so it reduces
+    the gradients and marks the step itself; wrapping it again would reduce twice. (The loop's own barrier
+    stays: see ``visit_Call``.)"""
+    method = patterns.method_call(node, "step")
+    if method is None:
+        return False
+    stepped = patterns.dotted_name(method.value)
+    if _is_scaler(ctx, stepped):
+        args = patterns.positional(node)
+        stepped = patterns.dotted_name(args[0].value) if len(args) == 1 else None
+    return stepped is not None and stepped.rsplit(".", 1)[-1] in auto_optimized(ctx)
+
+
+def auto_optimized(ctx: MigrationContext) -> frozenset[str]:
+    """The names the program (this file, or the project modules connected to it) binds to
+    ``idist.auto_optim(...)``: the optimizer often travels through a helper's return (ignite's
+    ``initialize(config)`` in utils.py), so the name, not the scope, decides."""
+    def compute() -> frozenset[str]:
+        project = ctx.project
+        if project is None:
+            if "auto_optim" not in ctx.input_code:
+                return frozenset()
+            program = update_sites.Program({"": update_sites.summarize(ctx.input_code)})
+        else:
+            program = update_sites.program_of(project.index, project.rel)
+        return frozenset(site.what for _, site in program.sites("auto_optimized"))
+    return ctx.once("auto_optimized", compute)  # type: ignore[return-value]
 
 
 def _receiver(node: cst.Call) -> str | None:

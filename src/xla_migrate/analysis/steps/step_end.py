@@ -6,7 +6,8 @@ know which reads stay (the host-read plan: running sums kept on the device, read
 - Training loops: the device work that follows the update in the same block belongs to the step too: an EMA
   or teacher update (``ema.update(model)``, ``accumulate(g_ema, generator, 0.999)``, ``update_ema(...)``, a
   loop of in-place ``mul_``/``add_`` over two models' parameters), the reduction of the step's losses
-  (``loss_reduced = reduce_loss_dict(loss_dict)``), values the plan keeps on the device. A barrier before
+  (``loss_reduced = reduce_loss_dict(loss_dict)``, or a ``dist.reduce``/``dist.gather`` in the loop body:
+  each replica must run it in the same graph), values the plan keeps on the device. A barrier before
   them leaves them to the next step's graph, or worse, to the reads that follow, each of which then runs
   its own graph. The barrier moves past them, and past host-only statements between them (``step += 1``),
   up to the first statement that reads a value to the host, leaves the loop body (break, continue, return,
@@ -42,6 +43,14 @@ EMA_NAME = re.compile(r"(^|_)(ema|teacher|momentum|moving_average|swa|polyak|acc
 IN_PLACE_UPDATES = ("mul_", "add_", "copy_", "lerp_", "sub_", "addcmul_", "update_parameters")
 SAVES = ("torch.save", "torch_xla.core.xla_model.save", "torch_xla.utils.serialization.save")
 _LEAVES = (cst.Break, cst.Continue, cst.Return, cst.Raise, cst.Yield)
+# Collectives over the step's tensors (``dist.reduce(loss, 0)``, ``dist.gather``; their XLA forms, XLA410/411).
+# On XLA they are lazy: left after the barrier, one runs at the first host read of its result, in a graph of its
+# own on the reading replica only (``if rank == 0: print(reduced.item())``), while the others run it in their
+# next step's graph: the replicas never meet (measured: 2 replicas on PJRT CPU hang). Before the barrier every
+# replica runs it in the step's graph.
+COLLECTIVES = frozenset(f"{module}.{name}" for module in ("torch.distributed", "torch_xla.core.xla_model")
+                        for name in ("all_reduce", "reduce", "all_gather", "gather", "broadcast",
+                                     "all_gather_into_tensor", "collective_broadcast", "reduce_scatter"))
 
 
 def final_sites(model: StepModel) -> dict[cst.CSTNode, BarrierSite]:
@@ -133,6 +142,10 @@ class _Looker:
             names = ctx.qualnames(call.func)  # type: ignore[attr-defined]
             if names & set(SAVES) or names & set(kinds.STEP_BARRIERS) or names & set(kinds.STEP_CLOSURES):
                 return True
+            if names & COLLECTIVES:
+                continue  # the step's collective: before the barrier (see COLLECTIVES)
+            if any(name.startswith("torch.") and name.count(".") == 1 for name in names):
+                continue  # torch's own tensor functions (torch.zeros_like(loss), torch.stack): device work
             callee = self.model.callee(call)  # type: ignore[arg-type]
             if callee is not None:
                 if callee in self.with_loops:
