@@ -186,9 +186,6 @@ def test_fabric_managed_loader_is_not_wrapped_again(migrated, target):
     assert not wrapped, f"device loader around Fabric's loaders: {wrapped}"
 
 
-@known_defect(36, "TrainingArguments(optim=\"adafactor\") becomes optim=\"adamw_torch_xla\" (a change note only): "
-                  "another algorithm and 8 bytes of optimizer state per parameter instead of Adafactor's factors "
-                  "(optimum-tpu examples/language-modeling/gemma_tuning.ipynb, llama_tuning.ipynb)")
 @BOTH
 def test_hf_optimizer_choice_that_runs_on_xla_is_kept(migrated, target):
     run = migrated("36-hf-optimizer-choice-replaced-by-adamw", target)
