@@ -203,8 +203,6 @@ def test_hf_optimizer_fixture_moves_nothing_to_cuda(migrated, target):
 # Severity L (the report is wrong) ------------------------------------------------------------------------------
 
 
-@known_defect(30, "`if fabric.global_rank == 0:` (a Python int) gets XLA311 'a condition on a tensor's value reads "
-                  "it to the host' (litgpt finetune/lora.py:407, :429, full.py:348)")
 @BOTH
 def test_rank_property_compare_is_not_a_host_read(migrated, target):
     run = migrated("30-rank-property-compare-reported-as-host-read", target)

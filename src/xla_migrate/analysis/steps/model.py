@@ -483,8 +483,9 @@ class StepModel(CallPaths, GradientReductions):
             backwards = [r.node for r in self._c.raw.get(function, ()) if r.kind == BACKWARD and r.loop in within]
         for call in backwards:
             receiver = _receiver(call)  # type: ignore[arg-type]
-            if receiver is not None and receiver.rsplit(".", 1)[-1].endswith("accelerator"):
-                # accelerator.backward(loss): the tensor is the argument
+            if receiver is not None and receiver.rsplit(".", 1)[-1].lower().endswith(("accelerator", "fabric")):
+                # accelerator.backward(loss), Lightning's fabric.backward(loss): the tensor is the argument, the
+                # receiver holds host values (fabric.global_rank is an int, issue 30)
                 receiver = patterns.dotted_name(call.args[0].value) if call.args else None  # type: ignore[attr-defined]
             if receiver is not None:
                 names.add(receiver)
