@@ -163,10 +163,6 @@ def test_conditional_tie_fixture_moves_the_model(migrated, target):
     assert ".to(device)" in code and "cuda" not in code, code
 
 
-@known_defect(36, "a script whose model is on device = 'cpu' by its own choice (a CPU baseline beside torch_xla "
-                  "scripts) gets MpDeviceLoader on the XLA device, xm.optimizer_step and xm.save: every batch goes "
-                  "to the device and back (16 device-to-host transfers in 8 steps) and the runtime claims the "
-                  "device (aws-neuron-samples mnist_mlp/train_cpu.py, eval_using_trace.py)")
 @BOTH
 def test_explicit_cpu_program_is_left_alone(migrated, target):
     run = migrated("36-explicit-cpu-model-gets-device-loader", target)
