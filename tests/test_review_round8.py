@@ -171,10 +171,6 @@ def test_explicit_cpu_program_is_left_alone(migrated, target):
     assert not recipe, f"XLA recipe on a CPU program: {recipe}; findings: {_show(run.findings['train_cpu.py'])}"
 
 
-@known_defect(36, "loaders returned by fabric.setup_dataloaders (an MpDeviceLoader already under Lightning's XLA "
-                  "strategies) are wrapped in pl.MpDeviceLoader again: the outer loader yields 0 batches (measured, "
-                  "torch_xla 2.9), validation returns 0.0 and training runs no step (litgpt finetune/lora.py:451, "
-                  "full.py:370)")
 @BOTH
 def test_fabric_managed_loader_is_not_wrapped_again(migrated, target):
     run = migrated("36-device-loader-around-fabric-loader", target)

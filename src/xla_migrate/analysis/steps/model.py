@@ -372,7 +372,8 @@ class StepModel(CallPaths, GradientReductions):
 
     def device_loader_fits(self, step: StepLoop) -> bool:
         """``gets_device_loader`` but for the batch elements kept on the host."""
-        return (step.loader is not None and not self.ctx.facts.uses_accelerate and step.accumulation != "guard"
+        return (step.loader is not None and not self.ctx.facts.uses_accelerate and not self.ctx.facts.fabric_loaders
+                and step.accumulation != "guard"
                 and not step.has_barrier and not self.ctx.device_flow.may_be_cpu_at(step.loader))
 
     def host_batch_elements(self, step: StepLoop) -> list[str]:
