@@ -144,9 +144,6 @@ def test_device_count_fixture_keeps_the_update_reduced(migrated, target):
 # Severity R (the migration changes what the program is) --------------------------------------------------------
 
 
-@known_defect(36, "weights the model ties only under a flag (`if share_proj: self.proj.weight = ...`) are re-tied "
-                  "unconditionally after the move: 480 parameters instead of 1760, the source embedding reads the "
-                  "target vocabulary's table (attention-is-all-you-need-pytorch train.py:308-309, translate.py:43-44)")
 @BOTH
 def test_conditional_weight_tie_stays_conditional(migrated, target):
     run = migrated("36-conditional-weight-tie-made-unconditional", target)
