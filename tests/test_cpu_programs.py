@@ -105,3 +105,50 @@ def test_the_placement_words():
     for word in ("x.cuda()", "x.to(d)", "torch.device('cpu')", "import torch_xla", "autocast()", "mp.spawn(f)",
                  "from accelerate import Accelerator", "# runs on CUDA"):
         assert not cpu_programs.never_placed(word), word
+
+
+EXPLICIT_CPU = textwrap.dedent("""\
+    import torch
+    import torch.nn as nn
+
+    # The CPU baseline beside the project's torch_xla scripts.
+
+
+    def main():
+        device = "cpu"
+        model = nn.Linear(4, 2).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            x = torch.randn(8, 4, device=torch.device("cpu")).to(device, torch.float32)
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        torch.save(model.state_dict(), "model.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    """)
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_a_program_on_the_cpu_it_names_itself_is_left_as_it_runs(target):
+    """Issue 36 (review round 8, 36-explicit-cpu-model-gets-device-loader): `device = "cpu"` by choice."""
+    result = migrate(EXPLICIT_CPU, target=target, path="train_cpu.py")
+    assert result.ok and result.code == EXPLICIT_CPU and not result.changes
+    assert [(f.line, f.code) for f in result.findings] == [(15, "XLA004")]
+
+
+@pytest.mark.parametrize("other", ['device = args.device', 'device = "cuda"', 'device = "xla"'])
+def test_a_device_that_may_not_be_the_cpu_migrates_as_before(other):
+    placed = EXPLICIT_CPU.replace('device = "cpu"', other)
+    result = migrate(placed, target="2.9", path="train_cpu.py")
+    assert "xm.optimizer_step" in result.code and not any(f.code == "XLA004" for f in result.findings)
+
+
+def test_the_explicit_cpu_placements():
+    assert cpu_programs.never_placed(EXPLICIT_CPU)
+    assert not cpu_programs.never_placed(EXPLICIT_CPU.replace(".to(device, torch.float32)", ".to(other)"))
+    assert not cpu_programs.never_placed(EXPLICIT_CPU.replace("# The CPU", "x = 'cuda'  # The CPU"))
+    assert not cpu_programs.never_placed("device = 'cpu'\nmodel.to(device)\ndevice = get()\n")

@@ -50,10 +50,13 @@ def test_optim_already_set_after_parsing_is_replaced_not_doubled():
         "from transformers import HfArgumentParser, TrainingArguments\n"
         "parser = HfArgumentParser((TrainingArguments,))\n"
         "(args,) = parser.parse_args_into_dataclasses()\n"
-        'args.optim = "adafactor"\n'
+        'args.optim = "adamw_torch"\n'
     )
     result = migrate(source, select=["XLA601"])
     assert result.code.endswith('(args,) = parser.parse_args_into_dataclasses()\nargs.optim = "adamw_torch_xla"\n')
+    # Another algorithm the script chose after parsing is kept (issue 36): no second assignment either.
+    chosen = source.replace('"adamw_torch"', '"adafactor"')
+    assert migrate(chosen, select=["XLA601"]).code == chosen
 
 
 def test_mp_fn_needs_a_main():

@@ -250,3 +250,31 @@ def test_xla107_only_reports_in_code_already_on_xla():
 ])
 def test_xla107_stays_quiet_where_the_optimizer_holds_the_moved_parameters(source):
     assert _findings(source, ["XLA107"]) == []
+
+
+def test_xla107_reports_a_conditional_tie_of_a_class_in_another_module(tmp_path):
+    """Issue 36: a class of another module that ties only under a flag (`if share_proj:`) is not re-tied
+    unconditionally after the move (that would share weights the user chose not to share): reported instead.
+    Its unconditional tie is re-made."""
+    from typer.testing import CliRunner
+
+    from xla_migrate import cli
+
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "models.py").write_text(
+        "import torch.nn as nn\n\n\nclass Seq2Seq(nn.Module):\n    def __init__(self, share_proj):\n"
+        "        super().__init__()\n        self.emb = nn.Embedding(30, 16)\n        self.src = nn.Embedding(30, 16)\n"
+        "        self.proj = nn.Linear(16, 30, bias=False)\n        self.src.weight = self.emb.weight\n"
+        "        if share_proj:\n            self.proj.weight = self.emb.weight\n")
+    (root / "train.py").write_text(
+        "import torch\nfrom models import Seq2Seq\n\n\ndef main():\n    model = Seq2Seq(False).to('cuda')\n"
+        "    optimizer = torch.optim.Adam(model.parameters())\n    for _ in range(3):\n"
+        "        model(torch.zeros(2, dtype=torch.long).cuda()).sum().backward()\n        optimizer.step()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n")
+    result = CliRunner().invoke(cli.app, [str(root), "--out", str(tmp_path / "out"), "--target", "2.9"])
+    assert result.exit_code == 0, result.output
+    code = (tmp_path / "out" / "train.py").read_text()
+    assert "model.src.weight = model.emb.weight" in code and "model.proj.weight" not in code, code
+    assert "train.py:6" in result.output and "model.proj.weight = model.emb.weight` only under a condition" in \
+        result.output, result.output

@@ -76,3 +76,13 @@ def test_hf_rules_report_on_xla_code_without_editing_it(target):
     assert found == [(7, "DataCollatorWithPadding(tokenizer, padding=True)"),
                      (7, "not applied (the script already runs on torch_xla)"),
                      (8, 'tokenizer(["a b", "c"], padding="max_length", truncation=...')], found
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_a_fabric_rank_test_is_no_host_read(target):
+    """Issue 30: fabric.backward(loss) takes the tensor as its argument; the Fabric object holds host values
+    (`if fabric.global_rank == 0:` reads nothing), while the loss tested under the same interval does read."""
+    source = (FIXTURES / "XLA311" / "fabric_rank_test.in.py").read_text()
+    found = {f.line: f.message for f in migrate(source, select=["XLA311"], target=target).findings}
+    assert sorted(found) == [24], found
+    assert found[24].startswith("loss > 10.0") and "every 20 steps" in found[24], found

@@ -144,9 +144,6 @@ def test_device_count_fixture_keeps_the_update_reduced(migrated, target):
 # Severity R (the migration changes what the program is) --------------------------------------------------------
 
 
-@known_defect(36, "weights the model ties only under a flag (`if share_proj: self.proj.weight = ...`) are re-tied "
-                  "unconditionally after the move: 480 parameters instead of 1760, the source embedding reads the "
-                  "target vocabulary's table (attention-is-all-you-need-pytorch train.py:308-309, translate.py:43-44)")
 @BOTH
 def test_conditional_weight_tie_stays_conditional(migrated, target):
     run = migrated("36-conditional-weight-tie-made-unconditional", target)
@@ -163,10 +160,6 @@ def test_conditional_tie_fixture_moves_the_model(migrated, target):
     assert ".to(device)" in code and "cuda" not in code, code
 
 
-@known_defect(36, "a script whose model is on device = 'cpu' by its own choice (a CPU baseline beside torch_xla "
-                  "scripts) gets MpDeviceLoader on the XLA device, xm.optimizer_step and xm.save: every batch goes "
-                  "to the device and back (16 device-to-host transfers in 8 steps) and the runtime claims the "
-                  "device (aws-neuron-samples mnist_mlp/train_cpu.py, eval_using_trace.py)")
 @BOTH
 def test_explicit_cpu_program_is_left_alone(migrated, target):
     run = migrated("36-explicit-cpu-model-gets-device-loader", target)
@@ -175,10 +168,6 @@ def test_explicit_cpu_program_is_left_alone(migrated, target):
     assert not recipe, f"XLA recipe on a CPU program: {recipe}; findings: {_show(run.findings['train_cpu.py'])}"
 
 
-@known_defect(36, "loaders returned by fabric.setup_dataloaders (an MpDeviceLoader already under Lightning's XLA "
-                  "strategies) are wrapped in pl.MpDeviceLoader again: the outer loader yields 0 batches (measured, "
-                  "torch_xla 2.9), validation returns 0.0 and training runs no step (litgpt finetune/lora.py:451, "
-                  "full.py:370)")
 @BOTH
 def test_fabric_managed_loader_is_not_wrapped_again(migrated, target):
     run = migrated("36-device-loader-around-fabric-loader", target)
@@ -186,9 +175,6 @@ def test_fabric_managed_loader_is_not_wrapped_again(migrated, target):
     assert not wrapped, f"device loader around Fabric's loaders: {wrapped}"
 
 
-@known_defect(36, "TrainingArguments(optim=\"adafactor\") becomes optim=\"adamw_torch_xla\" (a change note only): "
-                  "another algorithm and 8 bytes of optimizer state per parameter instead of Adafactor's factors "
-                  "(optimum-tpu examples/language-modeling/gemma_tuning.ipynb, llama_tuning.ipynb)")
 @BOTH
 def test_hf_optimizer_choice_that_runs_on_xla_is_kept(migrated, target):
     run = migrated("36-hf-optimizer-choice-replaced-by-adamw", target)
@@ -206,8 +192,6 @@ def test_hf_optimizer_fixture_moves_nothing_to_cuda(migrated, target):
 # Severity L (the report is wrong) ------------------------------------------------------------------------------
 
 
-@known_defect(30, "`if fabric.global_rank == 0:` (a Python int) gets XLA311 'a condition on a tensor's value reads "
-                  "it to the host' (litgpt finetune/lora.py:407, :429, full.py:348)")
 @BOTH
 def test_rank_property_compare_is_not_a_host_read(migrated, target):
     run = migrated("30-rank-property-compare-reported-as-host-read", target)

@@ -34,7 +34,10 @@ Why:
     followed by the same assignment on the moved object, ``model.transformer.wte.weight =
     model.lm_head.weight``; a Hugging Face ``from_pretrained`` model gets ``model.tie_weights()``. On XLA the
     move gives each module its own copy of a shared parameter: the model would train two tensors where the
-    original trained one (analysis/ties.py).
+    original trained one (analysis/ties.py). A tie the class makes only under ``if <flag>:`` of its
+    ``__init__`` is re-made under the same flag in the call's terms (``if args.share_proj:``; a literal flag
+    decides it); one under a condition the call cannot tell (``if self.config.tie:``, an ``else``, a class of
+    another module) is reported, not re-made: re-tying it always would share weights the user chose not to.
 
 Example:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -161,20 +164,30 @@ class OptimizerBeforeDeviceMove(Rule):
                 and (patterns.method_call(node, "cuda") or self._names_a_device(node)):
             self._retie(parent.targets[0].target.value, made, node)  # made and moved in one statement
 
-    def _retie_lines(self, model: str, made: cst.Call | None) -> list[str]:
-        """The statements that tie ``model``'s shared weights again after a move (none: nothing is tied)."""
+    def _retie_lines(self, model: str, made: cst.Call | None, move: cst.CSTNode | None = None) -> list[str]:
+        """The statements that tie ``model``'s shared weights again after a move (none: nothing is tied), each
+        under the condition the class tied it; a tie whose condition the call cannot tell is reported at
+        ``move`` (issue 36: re-tying it always would share weights the user chose not to share)."""
         found = ties.ties_of_class(self.ctx, made, self._local_ties) if made is not None else None
         if not found:
             return []
-        return [f"{model}.tie_weights()"] if found == "hf" else ties.retie_code(model, found)  # type: ignore[arg-type]
+        if found == "hf":
+            return [f"{model}.tie_weights()"]
+        lines, unknown = ties.retie_code(model, found, made)  # type: ignore[arg-type]
+        if move is not None and unknown:
+            shown = ", ".join(f"{model}.{t.left} = {model}.{t.right}" for t in unknown)
+            self.finding(move, f"the model ties `{shown}` only under a condition of its class: on XLA the move "
+                               "unties them, and whether to re-tie cannot be told here",
+                         "re-tie them after the move under the same condition as the class")
+        return lines
 
     def _retie(self, model: str, made: cst.Call, move: cst.Call) -> None:
-        lines = self._retie_lines(model, made)
+        lines = self._retie_lines(model, made, move)
         statement = self.ctx.enclosing_statement(move) if lines else None
         if statement is None:
             return
         following = self._next_statement(statement)
-        if following is not None and " ".join(patterns.code_of(following).split()) == lines[0]:
+        if following is not None and " ".join(patterns.code_of(following).split()) == " ".join(lines[0].split()):
             return  # already re-tied (the output of an earlier run)
         what = ", ".join(lines)
         why = "on XLA the move gives each module its own copy of a shared weight, and the model would train both"
@@ -182,7 +195,7 @@ class OptimizerBeforeDeviceMove(Rule):
             self.finding(move, f"`{short(move)}` unties the model's shared weights: {why}",
                          f"re-tie them after the move: `{'; '.join(lines)}`")
             return
-        self.insert_after(statement, [self.ctx.statement(line) for line in lines],
+        self.insert_after(statement, [patterns.parsed_statement(line) for line in lines],
                           f"{what}: re-tied after the move ({why})")
 
     def _next_statement(self, statement: cst.CSTNode) -> cst.CSTNode | None:
@@ -217,7 +230,7 @@ class OptimizerBeforeDeviceMove(Rule):
                     self._moved_before.add((scope, move.model))
                     device = self.ctx.device_reference(first.node, self.code)
                     lines = [f"{move.model}.to({device})", *self._retie_lines(move.model, made)]
-                    self.insert_before(statement, [self.ctx.statement(line) for line in lines],
+                    self.insert_before(statement, [patterns.parsed_statement(line) for line in lines],
                                        f"{move.model}.to({device}) before the optimizer of line {first.line}: on "
                                        f"XLA the move of line {move.line} makes new parameter objects, so an "
                                        "optimizer built before it would keep the old CPU ones and the model would "

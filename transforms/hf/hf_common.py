@@ -20,6 +20,23 @@ ARG_PARSERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArg
 PARSE_METHODS = ("parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict",
                  "parse_args_and_config")
 XLA_OPTIM = "adamw_torch_xla"
+# The AdamW spellings whose algorithm the syncfree XLA AdamW keeps (issue 36): only these are replaced.
+ADAMW_OPTIMS = ("adamw_hf", "adamw_torch", "adamw_torch_fused")
+# Spellings of optimizers that need CUDA kernels (bitsandbytes, apex, NPU, paged memory): replaced, and reported
+# because the algorithm or its state changes.
+CUDA_ONLY_OPTIM_MARKS = ("bnb", "8bit", "4bit", "paged_", "apex", "npu", "anyprecision")
+
+
+def optimizer_choice(name: str) -> str:
+    """What XLA601 does with ``optim=name``: "keep" (XLA's own), "replace" (an AdamW), "cuda" (needs CUDA;
+    replaced with a finding) or "other" (the user's algorithm, kept: replacing it changes the training)."""
+    if name == XLA_OPTIM:
+        return "keep"
+    if name in ADAMW_OPTIMS:
+        return "replace"
+    if any(mark in name for mark in CUDA_ONLY_OPTIM_MARKS):
+        return "cuda"
+    return "other"
 
 
 def local_training_args_classes(module: cst.Module, ctx: MigrationContext) -> set[str]:

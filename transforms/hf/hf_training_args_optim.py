@@ -2,7 +2,11 @@
 
 What it does:
     ``TrainingArguments(...)``, ``Seq2SeqTrainingArguments(...)``, trl's ``SFTConfig(...)`` and the script's own
-    subclasses of them get ``optim="adamw_torch_xla"``: added when missing, replacing another optimizer name.
+    subclasses of them get ``optim="adamw_torch_xla"``: added when missing, replacing an AdamW name
+    (``adamw_torch``, ``adamw_hf``, ``adamw_torch_fused``). Another optimizer the script chose (``adafactor``,
+    ``sgd``, ``adagrad``, ``rmsprop``...) runs on XLA and is kept: replacing it would change the algorithm and
+    the optimizer state. One that needs CUDA kernels (``adamw_bnb_8bit``, ``paged_*``, ``adamw_apex_fused``...)
+    is replaced and reported (the optimizer changed).
     When the arguments come from the command line or a file through ``HfArgumentParser``
     (``parse_args_into_dataclasses()``, ``parse_json_file(...)``...), the value is set on the parsed object once,
     right after the statement that parses it (after the whole ``if``/``else`` when each branch parses).
@@ -82,8 +86,22 @@ class HfXlaOptimizer(Rule):
                          f"{short(node.func)}(...): added optim={optim}")
         elif current is None:
             self.finding(arg, f"optim={short(arg.value)} is not known to be {optim}", f"pass optim={optim}")
-        elif current != hf_common.XLA_OPTIM:
-            self.replace(arg.value, value, f"optim={short(arg.value)} -> optim={optim}")
+        else:
+            self._chosen(arg.value, current, f"optim={short(arg.value)}", f"optim={short(arg.value)} -> optim={optim}",
+                         value)
+
+    def _chosen(self, node: cst.CSTNode, current: str, shown: str, note: str, value: cst.BaseExpression) -> None:
+        """The user's optimizer name: AdamW becomes the XLA AdamW, another algorithm is kept (issue 36)."""
+        optim = self.ctx.spell("hf_xla_optim")
+        choice = hf_common.optimizer_choice(current)
+        if choice == "replace":
+            self.replace(node, value, note)
+        elif choice == "cuda":
+            self.replace(node, value, note)
+            self.finding(node, f"{shown} needs CUDA kernels: replaced by {optim}, another optimizer (its update "
+                               "rule, learning rate and state size differ)",
+                         "check the learning rate and the memory; pick an XLA optimizer (adafactor, sgd, "
+                         f"adamw_torch_xla) yourself if {optim} does not fit")
 
     # Parsed arguments --------------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -110,8 +128,12 @@ class HfXlaOptimizer(Rule):
         existing = self._existing_assignment(anchor, target)
         if existing is not None:
             value = existing.value
-            if patterns.string_value(value) != hf_common.XLA_OPTIM:
+            current = patterns.string_value(value)
+            if current is None:
                 self.replace(value, patterns.parsed_expression(optim), f"{target}.optim = {short(value)} -> {optim}")
+            else:
+                self._chosen(value, current, f"{target}.optim = {short(value)}",
+                             f"{target}.optim = {short(value)} -> {optim}", patterns.parsed_expression(optim))
             return
         self.insert_after(anchor, [self.ctx.statement(f"{target}.optim = {optim}")],
                           f"{target}.optim = {optim} after parsing the arguments")

@@ -12,6 +12,9 @@ What it does:
     update instead. Loops over something that is already a device loader are left alone, and so are the
     ``.to(device)`` calls on the batches (redundant on a device loader, but harmless). So are the loops of
     a script that builds an ``accelerate.Accelerator``: its prepared loaders are device loaders (XLA605).
+    Likewise a script that hands its loaders to Lightning Fabric (``fabric.setup_dataloaders(...)``): Fabric's
+    XLA strategies return them as device loaders, and a device loader around one yields no batch at all
+    (issue 36); XLA302 marks the step after the update instead.
 
     A loop whose batch has an element the program never moves to the device and only collects or converts on
     the host (``labels.append(y)``, ``y.numpy()``: ``xla_migrate.analysis.steps.host_batch``) is not wrapped

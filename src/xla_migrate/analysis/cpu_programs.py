@@ -9,30 +9,94 @@ The test is wide on purpose: a word of CUDA, device placement, mixed precision, 
 places devices itself, anywhere in the program (code, string or comment), makes it a program the rules
 migrate, as before. Only a program with an entry (a ``__main__`` block) qualifies: a snippet or a module
 without one may be one part of a CUDA program.
+
+A program that names the CPU as its device by its own choice (``device = "cpu"``, ``.to(device)``: a CPU
+baseline beside torch_xla scripts, issue 36) is one too, when every device it places on is a CPU literal
+(``"cpu"``, ``torch.device("cpu")``) or a name bound only to one, and no other word of the list appears.
 """
 
 from __future__ import annotations
 
+import ast
+import io
 import re
+import tokenize
 
 PLACEMENT = re.compile(
     r"cuda|device|\.to\(|\bxla\b|torch_xla|\bxm\b|\bmps\b|accelerat|transformers|lightning|deepspeed|"
     r"distributed|spawn\(|DataParallel|autocast|GradScaler|\.half\(|\bamp\b|apex|nccl|torchrun|launch",
     re.IGNORECASE)
+# PLACEMENT without the words an explicit CPU placement uses (``device``, ``.to(``): checked on the tree instead.
+OFF_CPU = re.compile(PLACEMENT.pattern.replace(r"device|\.to\(|", ""), re.IGNORECASE)
 MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.MULTILINE)
 TRAINING = re.compile(r"\.(?:step|backward)\(")
 
 CODE = "XLA004"
-MESSAGE = ("the program never uses CUDA or places anything on a device (no file of it names CUDA, a device, "
-           "`.to()`, mixed precision or a launcher): it is left as it runs, on the CPU; the step recipe on CPU "
+MESSAGE = ("the program never uses CUDA and places nothing off the CPU (no file of it names CUDA, a device other "
+           "than \"cpu\", mixed precision or a launcher): it is left as it runs, on the CPU; the step recipe on CPU "
            "optimizers would only start the XLA runtime in each process")
 FIX = ("to train on XLA, place the model and each batch on a device (`device = \"cuda\"`, `model.to(device)`, "
        "`x.to(device)`) and migrate again, or write it with torch_xla.device() by hand")
 
 
 def never_placed(text: str) -> bool:
-    """No word of device placement anywhere in ``text``."""
-    return PLACEMENT.search(text) is None
+    """No word of device placement anywhere in ``text``, or only placements on the CPU it names itself."""
+    return PLACEMENT.search(text) is None or (OFF_CPU.search(_without_comments(text)) is None
+                                              and _only_cpu_placements(text))
+
+
+def _without_comments(text: str) -> str:
+    """The code and its strings (a comment may say where the project's other scripts run)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return text
+    return " ".join(t.string for t in tokens if t.type != tokenize.COMMENT)
+
+
+def _is_cpu(value: ast.expr, cpu_names: set[str]) -> bool:
+    if isinstance(value, ast.Constant):
+        return value.value == "cpu"
+    if isinstance(value, ast.Name):
+        return value.id in cpu_names
+    return (isinstance(value, ast.Call) and ast.unparse(value.func) == "torch.device" and len(value.args) == 1
+            and not value.keywords and _is_cpu(value.args[0], set()))
+
+
+def _only_cpu_placements(text: str) -> bool:
+    """Every ``.to(x)`` / ``device=x`` places on the CPU; names called ``device`` (and the names ``.to()`` is
+    given) are bound only to CPU values; at least one CPU placement is there."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    bound: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        value = node.value if isinstance(target, ast.Name) else None
+                        bound.setdefault(name.id, []).append(value)  # type: ignore[arg-type]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)):
+            for name in ast.walk(getattr(node, "target", node)):
+                if isinstance(name, ast.Name):
+                    bound.setdefault(name.id, []).append(None)  # type: ignore[arg-type]
+        elif isinstance(node, ast.arg):
+            bound.setdefault(node.arg, []).append(None)  # type: ignore[arg-type]
+    cpu_names = {name for name, values in bound.items()
+                 if all(v is not None and _is_cpu(v, set()) for v in values)}
+    placements: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args:
+                first = node.args[0]
+                if not (isinstance(first, ast.Attribute) and ast.unparse(first).startswith("torch.")):  # a dtype
+                    placements.append(first)
+            placements += [k.value for k in node.keywords if k.arg == "device"]
+        elif isinstance(node, ast.Name) and "device" in node.id.lower() and node.id not in cpu_names:
+            return False  # a device name bound to something else (``device = args.device``)
+    return bool(placements) and all(_is_cpu(p, cpu_names) for p in placements)
 
 
 def has_entry(text: str) -> bool:

@@ -160,6 +160,9 @@ class Facts:
     # The script builds an ``accelerate.Accelerator``: Accelerate owns its device placement, loaders, optimizer
     # steps and launch, so the device rules (XLA101, XLA301, XLA302, XLA204) leave them alone (XLA605 says so).
     uses_accelerate: bool = False
+    # The script hands its loaders to Lightning Fabric (``fabric.setup_dataloaders(...)``): under Fabric's XLA
+    # strategies they come back as device loaders already; another one around them yields no batch (issue 36).
+    fabric_loaders: bool = False
 
     @property
     def is_hf_script(self) -> bool:
@@ -250,6 +253,8 @@ class FactsCollector(cst.CSTVisitor):
             self.facts.uses_amp = True
         if names & set(ACCELERATORS):
             self.facts.uses_accelerate = True
+        if patterns.method_call(node, "setup_dataloaders"):
+            self.facts.fabric_loaders = True
         if names & set(DISTRIBUTED_CALLS) or environment_variable(node, self._qualnames) in TORCHRUN_VARIABLES:
             self.facts.distributed_signals.append(node)
         if _runs_on_xla(node, names) and not self._own_definition(node.func):

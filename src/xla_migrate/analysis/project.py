@@ -71,7 +71,7 @@ class ModuleInfo:
     read_helpers: dict[str, tuple[int, str]] = field(default_factory=dict)
     # class -> the weights its methods tie (``self.a.weight = self.b.weight``), as (left, right) attribute
     # paths below the object (issue 36: the device move unties them on XLA)
-    ties: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    ties: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     # (loop line, callee as written, class as written) of each call, in a loop, of a name bound to an object
     # of a class (``model = Decoder().to(device)`` ... ``model(x)`` in a loop): the classes whose forward
     # runs every step (issue 30)
@@ -196,7 +196,7 @@ class ProjectIndex:
         found = self.modules[target].mask_indexes.get(name) if target is not None else None
         return (target, *found) if found else None
 
-    def class_ties(self, rel: str, qualified: str) -> tuple[tuple[str, str], ...]:
+    def class_ties(self, rel: str, qualified: str) -> tuple[tuple[str, ...], ...]:
         """The ties of the project class ``qualified`` names (as ``rel`` imports it), or ()."""
         module, _, name = qualified.rpartition(".")
         target = self.resolve(rel, module) if module else None
@@ -366,7 +366,7 @@ class ProjectFile:
     def save_helper(self, qualified: str) -> str | None:
         return self.index.save_helper(self.rel, qualified)
 
-    def class_ties(self, qualified: str) -> tuple[tuple[str, str], ...]:
+    def class_ties(self, qualified: str) -> tuple[tuple[str, ...], ...]:
         return self.index.class_ties(self.rel, qualified)
 
     def method_reads(self, class_name: str, method: str) -> tuple[str, int, str] | None:
@@ -460,7 +460,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     saves: list[str] = []
     main_block = False
     reads: dict[str, tuple[int, str]] = {}
-    ties: dict[str, tuple[tuple[str, str], ...]] = {}
+    ties: dict[str, tuple[tuple[str, ...], ...]] = {}
     calls_of: dict[str, tuple[tuple[str, str], ...]] = {}
     bases: dict[str, tuple[str, ...]] = {}
     abstract: list[str] = []
@@ -621,17 +621,21 @@ def _self_path(node: ast.expr) -> str | None:
     return dotted[len("self."):] if dotted and dotted.startswith("self.") else None
 
 
-def _ties(cls: ast.ClassDef) -> tuple[tuple[str, str], ...]:
+def _ties(cls: ast.ClassDef) -> tuple[tuple[str, ...], ...]:
     """``self.a.weight = self.b.weight`` / ``self._tie_or_clone_weights(self.a, self.b)`` in the class's methods
     (the same shapes as analysis/ties.py, read with ``ast``)."""
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, ...]] = []
+    # A tie made under an ``if`` gets a third part, "if": the call site cannot see the condition from here, so
+    # the tie is reported rather than re-made (issue 36; analysis/ties.py maps the condition in one module).
+    guarded = {id(inner) for node in walk_ast(cls) if isinstance(node, ast.If)
+               for part in (*node.body, *node.orelse) for inner in ast.walk(part)}
     for node in walk_ast(cls):
         if isinstance(node, ast.Assign):
             right = _self_path(node.value)
             for target in node.targets:
                 left = _self_path(target)
                 if left and right and (left.rsplit(".", 1)[-1] in _PARAMETERS or right.rsplit(".", 1)[-1] in _PARAMETERS):
-                    found.append((left, right))
+                    found.append((left, right, "if") if id(node) in guarded else (left, right))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 node.func.attr == "_tie_or_clone_weights" and len(node.args) >= 2:
             first, second = _self_path(node.args[0]), _self_path(node.args[1])

@@ -74,7 +74,10 @@ What it does:
     Leaves a program alone when none of its files names CUDA, a device, `.to()`, mixed precision, a
     launcher or a library that places devices itself (a word in a comment or a string counts too), and it
     has an entry (a `__main__` block); one finding goes where each file first steps or backpropagates. In a
-    tree run the whole tree is the program; a file migrated alone is its own.
+    tree run the whole tree is the program; a file migrated alone is its own. A program that places things
+    only on the CPU it names itself (`device = "cpu"`, `model.to(device)`, `torch.device("cpu")`, every
+    device name bound only to those, no other word of the list outside comments) is one too (issue 36: a
+    CPU baseline beside torch_xla scripts gets no device loader, xm.optimizer_step or xm.save).
 
 Why:
     Such a program trains on the CPU on purpose (reinforcement-learning scripts, Hogwild workers that update
@@ -83,7 +86,7 @@ Why:
     process would claim the chips for a model that stays on the CPU.
 
 Example:
-    train.py:40:9: XLA004 the program never uses CUDA or places anything on a device ... (fix: to train on
+    train.py:40:9: XLA004 the program never uses CUDA and places nothing off the CPU ... (fix: to train on
     XLA, place the model and each batch on a device ... and migrate again)
 
 Use instead:

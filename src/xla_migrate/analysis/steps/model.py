@@ -372,7 +372,8 @@ class StepModel(CallPaths, GradientReductions):
 
     def device_loader_fits(self, step: StepLoop) -> bool:
         """``gets_device_loader`` but for the batch elements kept on the host."""
-        return (step.loader is not None and not self.ctx.facts.uses_accelerate and step.accumulation != "guard"
+        return (step.loader is not None and not self.ctx.facts.uses_accelerate and not self.ctx.facts.fabric_loaders
+                and step.accumulation != "guard"
                 and not step.has_barrier and not self.ctx.device_flow.may_be_cpu_at(step.loader))
 
     def host_batch_elements(self, step: StepLoop) -> list[str]:
@@ -483,8 +484,9 @@ class StepModel(CallPaths, GradientReductions):
             backwards = [r.node for r in self._c.raw.get(function, ()) if r.kind == BACKWARD and r.loop in within]
         for call in backwards:
             receiver = _receiver(call)  # type: ignore[arg-type]
-            if receiver is not None and receiver.rsplit(".", 1)[-1].endswith("accelerator"):
-                # accelerator.backward(loss): the tensor is the argument
+            if receiver is not None and receiver.rsplit(".", 1)[-1].lower().endswith(("accelerator", "fabric")):
+                # accelerator.backward(loss), Lightning's fabric.backward(loss): the tensor is the argument, the
+                # receiver holds host values (fabric.global_rank is an int, issue 30)
                 receiver = patterns.dotted_name(call.args[0].value) if call.args else None  # type: ignore[attr-defined]
             if receiver is not None:
                 names.add(receiver)
