@@ -88,9 +88,6 @@ def test_lightning_trainer_from_config_is_reported(migrated, target):
     assert reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "a checkpoint every replica writes to its own file (the rank in the name) becomes the "
-                  "master-only xm.save: ranks 1..n-1 write nothing (fairseq checkpoint_utils.py:601, the per-rank "
-                  "-shard{rank} files; checked: xm.save on a non-master ordinal writes no file)")
 @BOTH
 def test_per_rank_checkpoint_is_written_by_every_replica(migrated, target):
     run = migrated("29-per-rank-checkpoint-becomes-master-only-save", target)
