@@ -58,9 +58,6 @@ def test_cuda_seed_argument_reaches_xla_as_an_int(migrated, target):
     assert seeds and not strings, f"XLA seed calls given a string: {strings}; code:\n{run.code['train.py']}"
 
 
-@known_defect(29, "the XLA seed call added beside torch.manual_seed(dist.get_rank()) copies the original argument "
-                  "after the xm recipe dropped init_process_group: torch_xla.manual_seed(dist.get_rank()) fails "
-                  "(ValueError: Default process group has not been initialized, torch_xla 2.9)")
 @BOTH
 def test_no_process_group_call_left_without_a_process_group(migrated, target):
     run = migrated("29-seed-from-removed-process-group", target)
