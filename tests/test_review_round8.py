@@ -58,9 +58,6 @@ def test_cuda_seed_argument_reaches_xla_as_an_int(migrated, target):
     assert seeds and not strings, f"XLA seed calls given a string: {strings}; code:\n{run.code['train.py']}"
 
 
-@known_defect(29, "the XLA seed call added beside torch.manual_seed(dist.get_rank()) copies the original argument "
-                  "after the xm recipe dropped init_process_group: torch_xla.manual_seed(dist.get_rank()) fails "
-                  "(ValueError: Default process group has not been initialized, torch_xla 2.9)")
 @BOTH
 def test_no_process_group_call_left_without_a_process_group(migrated, target):
     run = migrated("29-seed-from-removed-process-group", target)
@@ -88,9 +85,6 @@ def test_lightning_trainer_from_config_is_reported(migrated, target):
     assert reported, f"findings: {_show(run.findings['train.py'])}"
 
 
-@known_defect(29, "a checkpoint every replica writes to its own file (the rank in the name) becomes the "
-                  "master-only xm.save: ranks 1..n-1 write nothing (fairseq checkpoint_utils.py:601, the per-rank "
-                  "-shard{rank} files; checked: xm.save on a non-master ordinal writes no file)")
 @BOTH
 def test_per_rank_checkpoint_is_written_by_every_replica(migrated, target):
     run = migrated("29-per-rank-checkpoint-becomes-master-only-save", target)
@@ -102,12 +96,16 @@ def test_per_rank_checkpoint_is_written_by_every_replica(migrated, target):
 
 
 def _autocast_devices(code: str) -> list[str]:
-    return [ast.unparse(c.args[0]) for c in _calls(code, "xla_amp.autocast", "autocast") if c.args]
+    """The devices given to torch_xla's autocast where no test of the device keeps the CPU away from it
+    (``xla_amp.autocast(device) if "xla" in str(device) else ...``: the sagemaker form, torch.autocast("xla")
+    needing torch 2.1)."""
+    tree = ast.parse(code)
+    guarded = [n.body for n in ast.walk(tree) if isinstance(n, ast.IfExp)
+               and "xla" in ast.unparse(n.test) and "device" in ast.unparse(n.test)]
+    return [ast.unparse(c.args[0]) for c in ast.walk(tree) if isinstance(c, ast.Call) and c.args
+            and ast.unparse(c.func) in ("xla_amp.autocast", "autocast") and not any(c is g for g in guarded)]
 
 
-@known_defect(29, "sagemaker: `xla_amp.autocast(device, enabled=...)` where device is torch.device('cpu') on the "
-                  "user's CPU path: torch_xla.amp.autocast asserts an XLA device even when disabled "
-                  "(deepspeech.pytorch inference.py:94, validation.py:155; AssertionError on torch_xla 2.6.1)")
 @pytest.mark.parametrize("target", ["sagemaker"])
 def test_xla_autocast_is_not_given_a_cpu_device(migrated, target):
     code = migrated("29-xla-autocast-given-the-cpu-device", target).code["transcribe.py"]

@@ -11,7 +11,11 @@ What it does:
     A device type held in a variable (``device_type = "cuda" if "cuda" in device else "cpu"``, nanoGPT) is
     followed to its definition, which becomes ``"xla"`` so the script's other ``device_type`` checks take the
     XLA branch; a device type the rule cannot trace is reported, not guessed. Other device types (``"cpu"``)
-    are left alone.
+    are left alone. On the seeds' target, where the device may be the CPU (``device = torch.device("cuda" if
+    use_cuda else "cpu")``, a ``--device`` option), the autocast is taken only on the XLA path:
+    ``xla_amp.autocast(device, ...) if "xla" in str(device) else contextlib.nullcontext()``
+    (``torch_xla.amp.autocast`` asserts an XLA device even when disabled, and ``torch.autocast("xla")``, which
+    would take either, needs torch 2.1; CUDA autocast did nothing for the CPU path's tensors).
 
 Why:
     CUDA autocast does nothing on an XLA device: the model silently runs in float32. torch_xla's autocast
@@ -114,6 +118,10 @@ class CudaAutocastToXla(Rule):
         kept = sorted((index, name) for name, index in bound.items() if name != "device_type" and name not in fixed)
 
         user_dtype = self._user_dtype(node, bound) if "dtype" in fixed and ctx.target.autocast_dtype else None
+        # torch_xla.amp.autocast asserts an XLA device even when disabled: where the device may be the CPU (the
+        # user's flag), the CPU path gets no autocast, as CUDA autocast did nothing for CPU tensors there.
+        cpu_guard = (f"{ctx.local_name('contextlib', 'contextlib')}.nullcontext()"
+                     if device and ctx.device_flow.may_be_cpu_at(node) else "")
 
         def to_xla(updated: cst.Call) -> cst.Call:
             args = []
@@ -125,7 +133,14 @@ class CudaAutocastToXla(Rule):
                 value = user_dtype(updated.args[bound["dtype"]].value)
                 base = [a.with_changes(value=value) if a.keyword is not None and a.keyword.value == "dtype" else a
                         for a in base]
-            return spelled.with_changes(args=joined([*base, *args]), lpar=updated.lpar, rpar=updated.rpar)
+            call = spelled.with_changes(args=joined([*base, *args]), lpar=updated.lpar, rpar=updated.rpar)
+            if not cpu_guard:
+                return call
+            guarded = f"{patterns.code_of(call)} if \"xla\" in str({device}) else {cpu_guard}"
+            # In a `with` or a decorator it reads alone; elsewhere (``nullcontext() if ... else <it>``) in
+            # parentheses.
+            alone = isinstance(ctx.parent(node), (cst.WithItem, cst.Decorator))
+            return patterns.parsed_expression(guarded if alone else f"({guarded})")
 
         preview = to_xla(node)
         note = ""
@@ -141,6 +156,8 @@ class CudaAutocastToXla(Rule):
                 written = patterns.code_of(node.args[bound["dtype"]].value)
                 if not written.endswith(wanted):
                     note = f" (dtype {written} -> {wanted}: the target's AMP dtype)"
+        if cpu_guard:
+            note += f" (only where {device} is an XLA device: torch_xla's autocast asserts one, and {device} may be the CPU)"
         self.replace(node, to_xla, f"{short(node)} -> {short(preview, 80)}{note}")
         for dead in imported_from(ctx, node.func, qualname):
             self.import_may_be_dead(*dead)

@@ -13,6 +13,11 @@ What it does:
     method of this module, or a project module's, ``utils.save_checkpoint``) called under a rank test is
     reported at that test.
 
+    A save whose file is each replica's own (the rank or ordinal in its path: ``f"ckpt-rank{rank}.pt"``, a
+    per-rank directory, also through a path bound in the same function) and that no rank test guards becomes
+    ``xm.save(..., master_only=False)``: the master-only form writes from the master ordinal only, and the
+    other replicas' files (their optimizer shards, their data-loader positions) would never be written.
+
     ``torch.save`` in Dataset code (a class derived from a ``Dataset``, or one with ``__getitem__``) stays:
     it writes host data from DataLoader workers, where ``xm.save`` would write from the master ordinal only
     (the other replicas lose their cache) and start the XLA runtime in the worker.
@@ -50,6 +55,8 @@ TORCH_SAVE = ("torch.save", "torch.serialization.save")
 # xm.save(data, file_or_path, master_only=True, global_master=False)
 _ACCEPTED = 2
 _RANK_TEST = re.compile(r"rank|ordinal|master|is_main|main_process", re.IGNORECASE)
+# A name in a checkpoint's path that makes the file each replica's own.
+_REPLICA_NAME = re.compile(r"rank|ordinal", re.IGNORECASE)
 # Names that hold a module or an optimizer object (a checkpoint of whole objects): the last word of the name
 # (``model``, ``ema_model``, ``decoder_optimizer``; not ``model_args`` or ``model_data``), or ``netG``.
 _OBJECT_WORDS = {"model", "models", "net", "network", "module", "encoder", "decoder", "generator", "discriminator",
@@ -100,13 +107,27 @@ class TorchSaveToXmSave(Rule):
                 for a in node.args]
         renamed = any(a.keyword is not None for a in node.args)
         func = patterns.parsed_expression(save)
+        # A file each replica writes for itself: the master-only xm.save would leave the others' unwritten.
+        every_replica = ("{xm}" in self.ctx.target.spelling("save").template and self._rank_guard(node) is None
+                         and self._per_replica_path(node))
 
         def to_xm_save(updated: cst.Call) -> cst.Call:
-            new_args = updated.args
+            new_args = list(updated.args)
             if renamed:
                 new_args = [a.with_changes(keyword=b.keyword) for a, b in zip(updated.args, args)]
+            if every_replica:
+                new_args[-1] = new_args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                new_args.append(cst.Arg(cst.Name("False"), keyword=cst.Name("master_only"),
+                                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                              whitespace_after=cst.SimpleWhitespace(""))))
             return updated.with_changes(func=func, args=new_args)
 
+        if every_replica:
+            self.replace(node, to_xm_save, f"{patterns.code_of(node.func)}(...) -> {save}(..., master_only=False) "
+                         "(the file name holds the rank: every replica writes its own)")
+            for module, name in (("torch", "save"), ("torch.serialization", "save")):
+                self.import_may_be_dead(module, name)
+            return
         self.replace(node, to_xm_save, f"{patterns.code_of(node.func)}(...) -> {save}(...)")
         for module, name in (("torch", "save"), ("torch.serialization", "save")):
             self.import_may_be_dead(module, name)
@@ -154,6 +175,23 @@ class TorchSaveToXmSave(Rule):
                         key = f"self.{key}"
                     self._save_helpers.setdefault(key, f"line {line}")
         return self._save_helpers
+
+    def _per_replica_path(self, node: cst.Call) -> bool:
+        """Whether the file ``node`` saves to names the replica: a name in its path (or in the value a path
+        variable of the same function was bound to) says rank or ordinal (``rank``, ``args.local_rank``,
+        ``dist.get_rank()``, ``xm.get_ordinal()``); the text of string literals does not count."""
+        second = patterns.positional(node)[1:2]
+        path = second[0].value if second else getattr(patterns.keyword(node, "f"), "value", None)
+        if path is None:
+            return False
+        paths = [path]
+        if isinstance(path, cst.Name):
+            paths += [v for v in bound_values(self.ctx, path) if v is not None]
+        for expression in paths:
+            for name in patterns.find_all(expression, lambda n: isinstance(n, cst.Name)):
+                if _REPLICA_NAME.search(name.value):
+                    return True
+        return False
 
     def _dataset_method(self, node: cst.CSTNode) -> str | None:
         """The ``Class.method`` of a Dataset that holds ``node`` (a class derived from a Dataset, or one with

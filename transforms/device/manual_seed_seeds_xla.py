@@ -3,7 +3,9 @@
 What it does:
     After each ``torch.manual_seed(s)`` statement of a migrated script, inserts the target's seed of the XLA
     device's generator with the same seed: ``torch_xla.manual_seed(s)`` on 2.9, ``xm.set_rng_state(s)`` on
-    the sagemaker target. Left alone: a seed in a function (or module) that also seeds CUDA
+    the sagemaker target; the seed is the argument as the migration left it (``torch.manual_seed(dist.get_rank())``
+    after init_process_group was removed seeds both with the XLA ordinal, not with a call of the removed
+    process group). Left alone: a seed in a function (or module) that also seeds CUDA
     (``torch.cuda.manual_seed``, which XLA102 turns into the XLA seed) or XLA itself, a seed in the process
     that launches the workers (``mp.spawn`` / ``xmp.spawn``: seeding there would start the runtime before
     the launch), a module-level seed in a program that launches workers, and a ``manual_seed`` whose value
@@ -70,5 +72,22 @@ class ManualSeedSeedsXla(Rule):
                 continue  # a module-level seed of the XLA device would start the runtime before the launch
             seed = patterns.code_of(call.args[0].value)
             code = self.ctx.spell("seed_device", seed)
-            self.insert_after(line, [self.ctx.statement(code)],
-                              f"{code} after torch.manual_seed({seed}): it does not seed the XLA generator")
+            rewritten = any(node in self.ctx.edits.replace
+                            for node in patterns.find_all(call.args[0].value, lambda node: True))
+            self.replace(line, self._seeded_after(seed),
+                         f"{code} after torch.manual_seed({seed}): it does not seed the XLA generator"
+                         + (" (with the seed's argument as the migration rewrote it)" if rewritten else ""))
+
+    def _seeded_after(self, seed: str):
+        """The seed line followed by the XLA seed, built from the updated line: other rules rewrite the seed's
+        argument (``dist.get_rank()`` -> the XLA ordinal once the process group is gone), and a copy of the
+        original argument would call what the migration removed."""
+        def seeded(updated: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+            expr = updated.body[0]
+            value = expr.value if isinstance(expr, cst.Expr) else None
+            argument = (patterns.code_of(value.args[0].value) if isinstance(value, cst.Call) and len(value.args) == 1
+                        else seed)
+            # (the applier puts the line's own leading lines back in front of the first statement)
+            xla_seed = self.ctx.statement(self.ctx.spell("seed_device", argument))
+            return cst.FlattenSentinel([updated.with_changes(leading_lines=[]), xla_seed])
+        return seeded
