@@ -66,7 +66,7 @@ def test_without_an_entry_or_with_a_word_of_placement_it_migrates_as_before():
     assert "xm.optimizer_step" in migrate(snippet, target="2.9", path="train.py").code
     placed = TRAIN.replace("policy = Policy()", "policy = Policy().to(\"cuda\")")
     result = migrate(placed, target="2.9", path="train.py")
-    assert "xm.optimizer_step" in result.code and not any(f.code == "XLA004" for f in result.findings)
+    assert "torch_xla.sync()" in result.code and not any(f.code == "XLA004" for f in result.findings)
 
 
 def test_the_noqa_and_ignore_of_xla004_hold():
@@ -144,7 +144,7 @@ def test_a_program_on_the_cpu_it_names_itself_is_left_as_it_runs(target):
 def test_a_device_that_may_not_be_the_cpu_migrates_as_before(other):
     placed = EXPLICIT_CPU.replace('device = "cpu"', other)
     result = migrate(placed, target="2.9", path="train_cpu.py")
-    assert "xm.optimizer_step" in result.code and not any(f.code == "XLA004" for f in result.findings)
+    assert "torch_xla.sync()" in result.code and not any(f.code == "XLA004" for f in result.findings)
 
 
 def test_the_explicit_cpu_placements():
@@ -152,3 +152,8 @@ def test_the_explicit_cpu_placements():
     assert not cpu_programs.never_placed(EXPLICIT_CPU.replace(".to(device, torch.float32)", ".to(other)"))
     assert not cpu_programs.never_placed(EXPLICIT_CPU.replace("# The CPU", "x = 'cuda'  # The CPU"))
     assert not cpu_programs.never_placed("device = 'cpu'\nmodel.to(device)\ndevice = get()\n")
+
+
+def test_distributed_asked_for_migrates_a_cpu_program_as_asked():
+    result = migrate(TRAIN, target="2.9", path="train.py", distributed=True)
+    assert "torch_xla.sync()" in result.code and not any(f.code == "XLA004" for f in result.findings)

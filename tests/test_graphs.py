@@ -211,7 +211,7 @@ def test_host_reads_in_another_module_are_reported_with_the_helpers_line(tmp_pat
             return total
         """,
         "train.py": """\
-        import torch
+        import torch  # the caller puts the model on CUDA (XLA004 leaves CPU programs alone)
 
         import metrics
 

@@ -104,8 +104,8 @@ def has_entry(text: str) -> bool:
 
 
 def cpu_only_script(text: str) -> bool:
-    """A script migrated alone that is a whole CPU program."""
-    return has_entry(text) and never_placed(text)
+    """A script migrated alone that is a whole CPU program, and trains (else the rules have nothing to step)."""
+    return has_entry(text) and training_line(text) is not None and never_placed(text)
 
 
 def training_line(text: str) -> int | None:

@@ -260,7 +260,9 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
         ctx = MigrationContext(wrapper, target, distributed=distributed, data_parallel=data_parallel,
                                project=project)
         reported_on_xla: frozenset[str] = frozenset()
-        cpu_only = project.index.cpu_only if project is not None else cpu_programs.cpu_only_script(ctx.input_code)
+        # --distributed asks for the multi-process migration of a program whatever its devices say.
+        cpu_only = distributed is not True and (project.index.cpu_only if project is not None
+                                                else cpu_programs.cpu_only_script(ctx.input_code))
         if cpu_only:
             rules = []  # a CPU program: nothing of it is CUDA's, and the step recipe would start the runtime
         elif ctx.facts.runs_on_xla:
