@@ -37,6 +37,7 @@ class EditApplier(cst.CSTTransformer):
         self._emptied_else: set[cst.CSTNode] = set()
         # ``if``/``else`` statements whose two branches the edits made equal -> the statements that replace them.
         self._folded: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        self.equal_branches: list[cst.If] = []  # those of them folded because their branches became equal
         # One flag per open node: did anything below it change?
         self._changed_below: list[bool] = [False]
         # Only subtrees that hold an edit are walked: on a large script with few edits that is most of it.
@@ -214,6 +215,7 @@ class EditApplier(cst.CSTTransformer):
         if (_statements_code(updated.body) == _statements_code(updated.orelse.body)
                 and _statements_code(original.body) != _statements_code(original.orelse.body)):
             self._folded[original] = list(updated.body.body)
+            self.equal_branches.append(original)
         return updated
 
     def _note_emptied_function(self, block: cst.CSTNode) -> None:
@@ -273,6 +275,8 @@ class Applied:
     overlaps: list[tuple[Change, Change | None]] = field(default_factory=list)
     # Functions whose whole body the edits removed (see leftovers.py).
     emptied_functions: list[cst.FunctionDef] = field(default_factory=list)
+    # if/else statements (original nodes) folded to one branch because the edits made both branches equal.
+    folded_ifs: list[cst.If] = field(default_factory=list)
 
     def report_overlaps(self, ctx: MigrationContext) -> None:
         """Each overlapping edit becomes a finding instead of a change: nothing is dropped silently."""
@@ -280,6 +284,18 @@ class Applied:
             other = f" by {winner.code}" if winner is not None else " inside it"
             ctx.withdraw(change, f"not applied: overlaps another edit{other}: {change.message}",
                          "apply this change by hand")
+
+    def report_folds(self, ctx: MigrationContext) -> None:
+        """Each if/else folded to its one branch is a change of the rule whose edit made the branches equal."""
+        for node in self.folded_ifs:
+            where = ctx.code_range(node)
+            if where is None:
+                continue
+            inside = [c for c in ctx.changes if where.start.line < c.line <= where.end.line]
+            if inside:
+                line, column = ctx.position(node)
+                ctx.changes.append(Change(line, column, inside[0].code, "if/else whose branches the migration made "
+                                          "the same: one copy kept (its test has no side effects)"))
 
 
 def apply_edits(ctx: MigrationContext, edits: Edits | None = None) -> Applied:
@@ -289,4 +305,6 @@ def apply_edits(ctx: MigrationContext, edits: Edits | None = None) -> Applied:
     if not edits:
         return Applied(ctx.module)
     applier = EditApplier(ctx, edits)
-    return Applied(ctx.module.visit(applier), applier.overlaps, applier.emptied_functions)
+    module = ctx.module.visit(applier)
+    folded = [node for node in applier.equal_branches if node not in applier.removed]
+    return Applied(module, applier.overlaps, applier.emptied_functions, folded)

@@ -297,6 +297,7 @@ def run_pipeline(module: cst.Module, target: Target, rules: list[type[Rule]],
     else:
         output = ctx.input_code
     applied.report_overlaps(ctx)
+    applied.report_folds(ctx)
     if cpu_only:
         line = cpu_programs.training_line(ctx.input_code)
         if line is not None:
