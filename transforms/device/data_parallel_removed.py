@@ -85,11 +85,11 @@ class DataParallelRemoved(Rule):
     def _functional(self, node: cst.Call) -> None:
         """``data_parallel(module, inputs, device_ids, output_device, dim, module_kwargs)`` runs the module on the
         inputs (a tuple of them unpacked) over the GPUs: on the one XLA device it is the module's call."""
-        module = _argument(node, 0, "module")
-        inputs = _argument(node, 1, "inputs")
-        kwargs = _argument(node, 5, "module_kwargs")
+        module = patterns.argument(node, 0, "module")
+        inputs = patterns.argument(node, 1, "inputs")
+        kwargs = patterns.argument(node, 5, "module_kwargs")
         if module is None or inputs is None or any(arg.star for arg in node.args):
-            return
+            return  # a **kwargs may hold module_kwargs
         if isinstance(inputs.value, cst.Tuple):
             passed = [cst.Arg(element.value, star="*" if isinstance(element, cst.StarredElement) else "")
                       for element in inputs.value.elements]
@@ -132,11 +132,6 @@ def _keywords(mapping: cst.BaseExpression) -> list[cst.Arg]:
                 whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
                 for key, element in zip(keys, mapping.elements)]
     return [cst.Arg(mapping, star="**")]
-
-
-def _argument(call: cst.Call, index: int, keyword: str) -> cst.Arg | None:
-    args = patterns.positional(call)
-    return args[index] if len(args) > index else patterns.keyword(call, keyword)
 
 
 def _module_of(call: cst.Call) -> cst.BaseExpression:

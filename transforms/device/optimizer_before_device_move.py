@@ -383,7 +383,8 @@ class OptimizerBeforeDeviceMove(Rule):
             return False
         sites = []
         for call in calls:
-            passed = [self._argument(call, name, names.index(name)) for name in (model, optimizer)]
+            passed = [patterns.argument(call, names.index(name), name) for name in (model, optimizer)]
+            passed = [None if arg is None else arg.value for arg in passed]
             if not all(isinstance(value, cst.Name) for value in passed):
                 return False
             site = self._optimizer_assigned(call, passed[0].value, passed[1].value)  # type: ignore[union-attr]
@@ -410,16 +411,6 @@ class OptimizerBeforeDeviceMove(Rule):
         made = self._made_line(scope, site)
         return (scope, site.model, site.line) in self._moved_before_callers or any(
             _related(site.model, m.model) and made <= m.line < site.line for m in self._moves.get(scope, []))
-
-    @staticmethod
-    def _argument(call: cst.Call, name: str, index: int) -> cst.BaseExpression | None:
-        keyword = patterns.keyword(call, name)
-        if keyword is not None:
-            return keyword.value
-        args = patterns.positional(call)
-        if any(arg.star for arg in call.args):
-            return None
-        return args[index].value if index < len(args) else None
 
     def _optimizer_assigned(self, call: cst.Call, model: str, optimizer: str) -> tuple[_Site, cst.CSTNode] | None:
         """The last optimizer built from ``model`` in the call's scope before it, bound by ``optimizer = ...``."""

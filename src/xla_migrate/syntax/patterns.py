@@ -101,6 +101,18 @@ def positional(call: cst.Call) -> list[cst.Arg]:
     return [a for a in call.args if a.keyword is None and not a.star]
 
 
+def argument(call: cst.Call, index: int, name: str) -> cst.Arg | None:
+    """The argument of parameter ``name`` (position ``index``), given by keyword or by position; None where it
+    is not given, or not by keyword where a ``*args``/``**kwargs`` hides the positions."""
+    given = keyword(call, name)
+    if given is not None:
+        return given
+    if any(arg.star for arg in call.args):
+        return None
+    args = positional(call)
+    return args[index] if index < len(args) else None
+
+
 def without_trailing_comma(args: list[cst.Arg]) -> list[cst.Arg]:
     """Args with the last one's comma removed, so a shortened call does not end in ``, )``."""
     if not args:
