@@ -42,7 +42,8 @@ update, but what only a second process shows (replicas that never meet) stays ou
 ``--setup`` installs what the programs import and the torch environments lack (torchvision matched to each
 torch, pillow, matplotlib, gymnasium...) with ``pip install --target`` into
 ``~/.cache/xla-migrate/real-programs/`` (``--extras``), never into the shared environments; runs put it on
-PYTHONPATH, after ``benchmarks/real_programs/_stubs`` (no-op ``wandb`` and ``tensorboard_logger``).
+PYTHONPATH, after ``benchmarks/real_programs/_stubs`` (no-op ``wandb`` and ``tensorboard_logger``; a recipe's
+``seed`` seeds an unseeded program's every process there).
 
 Exit status: 0 when the suite ran (whatever it found), 2 for bad arguments, a missing repository or missing
 dependencies (one line naming it).
@@ -277,6 +278,8 @@ class Context:
                    WANDB_MODE="disabled", MPLCONFIGDIR=str(self.mpl), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=os.pathsep.join([*(str(root / p) for p in recipe.pythonpath), str(STUBS),
                                                str(self.extras / f"tv-{env_name}"), str(self.extras / "common")]))
+        if recipe.seed is not None:
+            env["REAL_PROGRAMS_SEED"] = str(recipe.seed)
         env.update(recipe.env)
         return env
 

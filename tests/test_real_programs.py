@@ -422,3 +422,19 @@ def test_every_verify_name_the_harness_uses_exists():
         used = {node.attr for node in ast.walk(ast.parse(path.read_text()))
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "verify"}
         assert used and all(hasattr(verify, name) for name in used), (path.name, sorted(used))
+
+
+def test_a_recipes_seed_starts_every_process_of_its_runs_seeded(tmp_path):
+    """An unseeded program's two runs draw the same numbers at start (the suite's sitecustomize seeds them)."""
+    recipe = Recipe(name="p", repo="o/p", entry="e.py", style="s", seed=3)
+    args = type("A", (), dict(cache=tmp_path, extras=tmp_path, targets=["2.9"], timeout_scale=1, tool=[],
+                              keep=str(tmp_path / "work")))
+    env = rp.Context(args, {}).env(recipe, "current", tmp_path)
+    assert env["REAL_PROGRAMS_SEED"] == "3"
+    draw = [sys.executable, "-c", "import random; print(random.random())"]
+    seeded = {subprocess.run(draw, env=env, capture_output=True, text=True, check=True).stdout for _ in range(2)}
+    import random
+    random.seed(3)
+    assert seeded == {f"{random.random()}\n"}
+    unseeded_env = rp.Context(args, {}).env(Recipe(name="p", repo="o/p", entry="e.py", style="s"), "current", tmp_path)
+    assert "REAL_PROGRAMS_SEED" not in unseeded_env

@@ -55,6 +55,9 @@ class Recipe:
     pythonpath: tuple[str, ...] = ()  # folders of the copy put on sys.path (an installed package's root)
     loss_regex: str = DEFAULT_LOSS_REGEX
     random: str = ""  # why the XLA run draws other random numbers ("" when it should match step by step)
+    # an unseeded program: every process of its runs starts with torch, random and NumPy seeded with this
+    # (REAL_PROGRAMS_SEED, _stubs/sitecustomize.py), so both runs start from the same weights and shuffle order
+    seed: int | None = None
     amp: bool = False  # the tiny run trains under autocast/GradScaler (the sagemaker output is not run on CPU)
     forms: tuple[tuple[str, str], ...] = ()  # extra (target, data-parallel form) runs besides each target's default
     timeout: int = 300  # seconds per run

@@ -3,6 +3,12 @@
 its loss only to TensorBoard (cleanrl's, say) still has a loss curve to compare. The value is read as TensorBoard
 reads it (a tensor becomes a number). Nothing is imported until the program imports the writer itself.
 
+With REAL_PROGRAMS_SEED=N (a recipe's ``seed``), every process starts with torch's CPU generator, Python's
+``random`` and NumPy's seeded with N, before the program runs: an unseeded program's two runs (the original, and
+the output on torch_xla) then start from the same weights, shuffle order and crops, so the suite's comparison
+and verify's judge the migration rather than two draws of the program. What the program draws on the device
+still differs (torch_xla has its own generator).
+
 verify's loader (its own sitecustomize, first on PYTHONPATH) runs this one too.
 """
 
@@ -65,3 +71,21 @@ if os.environ.get("REAL_PROGRAMS_PLACEMENT"):  # the suite's own placement probe
     _probe = importlib.util.module_from_spec(_spec)
     sys.modules["real_programs_placement"] = _probe
     _spec.loader.exec_module(_probe)
+
+if os.environ.get("REAL_PROGRAMS_SEED"):
+    _seed = int(os.environ["REAL_PROGRAMS_SEED"])
+    import random
+
+    random.seed(_seed)
+    try:
+        import numpy
+
+        numpy.random.seed(_seed)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        torch.manual_seed(_seed)
+    except ImportError:  # a process of the suite's that is not a program (none imports torch otherwise)
+        pass
