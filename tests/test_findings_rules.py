@@ -136,6 +136,19 @@ def test_lightning_devices(target):
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_lightning_trainer_from_configuration(target):
+    """Issue 29 (round 8): a Trainer built from configuration the tool cannot read (``**asdict(cfg)``, hydra's
+    instantiate of a trainer config) is reported with the keys to set, naming this file's config defaults that
+    ask for CUDA; an accelerator spelled at the call, and hydra building something else, are not."""
+    found, result = findings("XLA908/trainer_from_config.in.py", "XLA908", target)
+    assert [line for line, _ in found] == [16, 17], found
+    assert found[0][1].startswith("pl.Trainer(**asdict(cfg)): a Lightning Trainer built from configuration")
+    assert 'TrainerConfig.accelerator="gpu" (line 9), TrainerConfig.strategy="ddp" (line 11)' in found[0][1]
+    assert found[1][1].startswith("hydra.utils.instantiate(cfg.trainer, logger=False): a Lightning Trainer")
+    assert all('accelerator=\"tpu\"' in f.fix or 'accelerator="tpu"' in f.fix for f in result.findings)
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_mpi_ranks(target):
     """Issue 29: the MPI import and each rank or world size read from a communicator (a name bound to
     MPI.COMM_WORLD, or COMM_WORLD itself) are reported with the XLA launchers to use."""

@@ -75,9 +75,6 @@ def test_seed_from_rank_uses_the_xla_ordinal(migrated, target):
     assert f"torch.manual_seed({ordinal})" in code, code
 
 
-@known_defect(29, "a Lightning Trainer built from configuration (`pl.Trainer(**asdict(cfg))`, "
-                  "hydra.utils.instantiate(cfg.trainer)) asking for a GPU, DDP and 16-bit precision: 'nothing to "
-                  "change, 0 findings' (deepspeech.pytorch training.py:42, configs/lightning_config.py, an4.yaml)")
 @BOTH
 def test_lightning_trainer_from_config_is_reported(migrated, target):
     run = migrated("29-lightning-trainer-from-config-unreported", target)

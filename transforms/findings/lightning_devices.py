@@ -7,7 +7,10 @@ What it does:
     ``"cuda"``, or a strategy without an XLA backend (``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_2"``, ...,
     ``DDPPlugin(...)``, ``DDPStrategy(...)``, ``FSDPStrategy(...)``, ``DeepSpeedStrategy(...)``), one finding
     naming those arguments; a strategy object built elsewhere (``strategy = FSDPStrategy(...)``) is reported
-    where it is built. Nothing is rewritten: Lightning owns the device, the launch and the gradient
+    where it is built. A Trainer or Fabric built from configuration the tool cannot read (``Trainer(**cfg)``,
+    ``Trainer(**asdict(cfg))``, ``hydra.utils.instantiate(cfg.trainer)``) is reported too, with the keys to
+    set; a class of the same file whose field defaults ask for GPUs or a CUDA strategy (a dataclass config)
+    is named in that finding. Nothing is rewritten: Lightning owns the device, the launch and the gradient
     reduction of such a program.
 
 Why:
@@ -19,10 +22,12 @@ Why:
 
 Example:
     trainer = Trainer(gpus=[0], strategy=DDPPlugin(find_unused_parameters=False), max_epochs=1)
+    trainer = pl.Trainer(**asdict(cfg))     # cfg's class: accelerator: str = "gpu", strategy: str = "ddp"
     fabric = L.Fabric(devices=8, strategy=FSDPStrategy(state_dict_type="full"))
 
 Use instead:
     trainer = Trainer(accelerator="tpu", devices="auto", max_epochs=1)
+    trainer = pl.Trainer(**asdict(cfg))     # cfg's class: accelerator: str = "tpu", strategy: str = "xla"
     fabric = L.Fabric(accelerator="tpu", devices=8, strategy=XLAFSDPStrategy(state_dict_type="full"))
 """
 
@@ -44,6 +49,10 @@ _CUDA_STRATEGY_NAME = re.compile(r"^(ddp|fsdp|deepspeed|dp$|horovod)")
 _FIX = ('run it on Lightning\'s XLA accelerator: accelerator="tpu" with devices=, no gpus=, and the strategy "xla" '
         "(Lightning launches one process per XLA device) or XLAFSDPStrategy for sharded training; drop "
         "DDP/FSDP/DeepSpeed strategies and plugins")
+_CONFIG_KEYS = ("gpus", "accelerator", "strategy", "plugins")
+_FROM_CONFIG_FIX = ("make the configuration ask for Lightning's XLA accelerator: accelerator=\"tpu\", devices, "
+                    "strategy \"xla\" (or none), no gpus; Lightning 2's XLA precisions are \"32-true\", \"16-true\" "
+                    "and \"bf16-true\" (16-mixed is refused)")
 
 
 def _lightning(names: frozenset[str], wanted) -> str | None:
@@ -71,6 +80,12 @@ class LightningDevices(Rule):
             if arguments:
                 self.finding(node, f"{entry}({', '.join(arguments)}): asks Lightning for CUDA GPUs or a "
                              "strategy without an XLA backend: on an XLA host it fails before training", _FIX)
+            elif self._from_configuration(node):
+                self._report_configuration(node, entry)
+            return
+        if "hydra.utils.instantiate" in qualnames and node.args and re.search(
+                r"\b(trainer|fabric)\b", patterns.code_of(node.args[0].value), re.IGNORECASE):
+            self._report_configuration(node, "Trainer")
             return
         strategy = _lightning(qualnames, _CUDA_STRATEGY_CLASS.match)
         if strategy is not None and not self._argument_of_entry(node):
@@ -91,6 +106,43 @@ class LightningDevices(Rule):
                                                               _CUDA_STRATEGY_CLASS.match):
                 return f"{keyword}={text}"
         return None
+
+    @staticmethod
+    def _from_configuration(node: cst.Call) -> bool:
+        """Arguments unpacked from something (``**cfg``, ``*args``) and no accelerator spelled at the call."""
+        spelled = {arg.keyword.value for arg in node.args if arg.keyword is not None}
+        return "accelerator" not in spelled and any(arg.star for arg in node.args)
+
+    def _report_configuration(self, node: cst.Call, entry: str) -> None:
+        call = " ".join(patterns.code_of(node).split())
+        call = call if len(call) <= 60 else call[:57] + "..."
+        defaults = self._cuda_config_defaults()
+        where = (f"; in this file {', '.join(defaults)} ask for CUDA" if defaults
+                 else "; this tool cannot read which device and strategy it asks for")
+        self.finding(node, f"{call}: a Lightning {entry} built from configuration: it must ask for the XLA "
+                     f"accelerator, or on an XLA host it fails before training or trains on the CPU{where}",
+                     _FROM_CONFIG_FIX)
+
+    def _cuda_config_defaults(self) -> list[str]:
+        """``accelerator: str = "gpu"``-like class fields of this file (a config class's defaults), as text."""
+        def found() -> list[str]:
+            out = []
+            for klass in self.ctx.module.body:
+                if not isinstance(klass, cst.ClassDef):
+                    continue
+                for line in klass.body.body:
+                    for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+                        target = getattr(small, "target", None) or next(
+                            (t.target for t in getattr(small, "targets", ())), None)
+                        value = getattr(small, "value", None)
+                        if not isinstance(target, cst.Name) or target.value not in _CONFIG_KEYS or value is None:
+                            continue
+                        argument = self._cuda_argument(cst.Arg(value=value, keyword=cst.Name(target.value)))
+                        if argument is not None:
+                            line_number = self.ctx.position(small)[0]
+                            out.append(f"{klass.name.value}.{argument} (line {line_number})")
+            return out
+        return self.ctx.once(("lightning-config-defaults",), found)
 
     def _argument_of_entry(self, node: cst.Call) -> bool:
         """``Trainer(strategy=DDPPlugin(...))``: the Trainer's finding names it."""
