@@ -4,7 +4,8 @@ What it does:
     In a training or evaluation loop (as the step model sees them: ``xla_migrate.analysis.steps``), a running sum of
     a value read from a tensor, ``total += loss.item()``, ``test_loss += F.nll_loss(...).item()``,
     ``correct += pred.eq(target).sum().item()``, ``total += len(data) * criterion(out, y).item()``,
-    ``total += float(loss)``, becomes a sum on the device (``.item()`` / ``float(...)`` -> ``.detach()``),
+    ``total += float(loss)``, becomes a sum on the device (``.item()`` / ``float(...)`` -> ``.detach()``; a
+    ``.cpu()`` on the way to the read goes too: ``pred.eq(y).cpu().sum().item()`` -> ``pred.eq(y).sum().detach()``),
     and the sum is read once, right after the loop, the way the loop read it::
 
         total = total.item() if torch.is_tensor(total) else total  # float(total) after float(...)
@@ -93,14 +94,31 @@ class AccumulateOnDevice(Rule):
 
 
 def detach_read(rule: Rule, read: cst.Call, why: str) -> None:
-    """``x.item()`` / ``float(x)`` / ``int(x)`` -> ``x.detach()``: the value stays on the device (XLA313, XLA310)."""
+    """``x.item()`` / ``float(x)`` / ``int(x)`` -> ``x.detach()``: the value stays on the device (XLA313, XLA310).
+    A ``.cpu()`` on the way to the read goes too (``pred.eq(y).cpu().sum().item()``): kept, it copies to the
+    host at every batch, the read the rewrite removes."""
     def detach(updated: cst.Call) -> cst.BaseExpression:
         if isinstance(updated.func, cst.Attribute) and updated.func.attr.value == "item":
-            return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("detach")))
-        value = parenthesized_for_attribute(updated.args[0].value)
+            value = _without_host_copies(updated.func.value)
+            return updated.with_changes(func=updated.func.with_changes(value=value, attr=cst.Name("detach")))
+        value = parenthesized_for_attribute(_without_host_copies(updated.args[0].value))
         return cst.Call(func=cst.Attribute(value=value, attr=cst.Name("detach")), lpar=updated.lpar,
                         rpar=updated.rpar)
 
     tensor = read.func.value if isinstance(read.func, cst.Attribute) else parenthesized_for_attribute(
         read.args[0].value)
-    rule.replace(read, detach, f"{short(read)} -> {short(tensor)}.detach(): {why}")
+    kept = _without_host_copies(tensor)
+    copies = "" if kept.deep_equals(tensor) else " (and its .cpu(), a host copy per batch)"
+    rule.replace(read, detach, f"{short(read)} -> {short(kept)}.detach(){copies}: {why}")
+
+
+def _without_host_copies(expression: cst.BaseExpression) -> cst.BaseExpression:
+    """The method chain ``expression`` without its ``.cpu()`` calls (arguments and other calls kept)."""
+    if isinstance(expression, cst.Call) and isinstance(expression.func, cst.Attribute):
+        inner = _without_host_copies(expression.func.value)
+        if expression.func.attr.value == "cpu" and not expression.args:
+            return inner
+        return expression.with_changes(func=expression.func.with_changes(value=inner))
+    if isinstance(expression, (cst.Attribute, cst.Subscript)):
+        return expression.with_changes(value=_without_host_copies(expression.value))
+    return expression
