@@ -157,7 +157,7 @@ def compare_losses(values: list[float], reference: list[float], *, amp: bool, ra
         return result
     if mode == "fp32":
         result.update(mode=mode, tolerance=verify.FP32_TOLERANCE,
-                      ok=result["max_delta"] is not None and result["max_delta"] <= verify.FP32_TOLERANCE)
+                      ok=result["max_delta"] is not None and verify_losses.within_fp32_tolerance(result["max_delta"]))
         return result
     curve_mode = "stochastic" if random else "bf16"  # verify's names of the two curve comparisons
     result.update(mode=mode, tolerance=verify_losses.tolerance_text(curve_mode))

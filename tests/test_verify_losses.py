@@ -192,12 +192,24 @@ def test_a_deterministic_program_keeps_the_strict_check():
     assert report.status == "divergence" and "fp32 tolerance 0.001" in report.verdict
 
 
+def test_values_printed_a_last_digit_apart_are_within_the_fp32_tolerance():
+    """Printed to 3 decimals, 3.434 and 3.433 differ by 0.0010000000000003 in binary: the same loss to 1e-3
+    (supcon's seeded run: verify said divergence where the values agree to their last printed digit)."""
+    text = "".join(f"loss {value} (avg)\n" for value in (3.613, 3.444, 3.433))
+    original = "".join(f"loss {value} (avg)\n" for value in (3.613, 3.444, 3.434))
+    report = v.assess(observation(clean_markers(), stdout=text), "t.py", original=v.Process(0, original, "", 1.0),
+                      loss_regex=r"loss ([-+\d.e]+) \(")
+    assert report.losses["mode"] == "fp32" and report.losses["ok"] is True, report.losses
+    assert report.status == "clean"
+    assert losses.within_fp32_tolerance(3.434 - 3.433) and not losses.within_fp32_tolerance(0.0011)
+
+
 def test_mixed_precision_is_read_from_the_runs_autocast_records():
     autocast = {"event": "autocast", "device_type": "xla", "dtype": "bfloat16", "enabled": True, "where": "t.py:3"}
-    run = random_run([x * 1.002 for x in ORIGINAL], events=[autocast])
+    run = random_run([x * 1.004 for x in ORIGINAL], events=[autocast])
     report = v.assess(run, "t.py", original=v.Process(0, losses_text(ORIGINAL), "", 1.0))
     assert report.losses["mode"] == "bf16" and report.status == "clean"
-    disabled = random_run([x * 1.002 for x in ORIGINAL], events=[{**autocast, "enabled": False}])
+    disabled = random_run([x * 1.004 for x in ORIGINAL], events=[{**autocast, "enabled": False}])
     strict = v.assess(disabled, "t.py", original=v.Process(0, losses_text(ORIGINAL), "", 1.0))
     assert strict.losses["mode"] == "fp32" and strict.status == "divergence"
 
