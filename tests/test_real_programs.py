@@ -438,3 +438,13 @@ def test_a_recipes_seed_starts_every_process_of_its_runs_seeded(tmp_path):
     assert seeded == {f"{random.random()}\n"}
     unseeded_env = rp.Context(args, {}).env(Recipe(name="p", repo="o/p", entry="e.py", style="s"), "current", tmp_path)
     assert "REAL_PROGRAMS_SEED" not in unseeded_env
+
+
+def test_a_sagemaker_output_entering_torch_xla_autocast_is_recognised(tmp_path):
+    """2.6.1 crashes entering torch_xla's amp.autocast on a CPU device even at float32 (llama2c_ddp's fp32 run):
+    such an output is not run, where torch.autocast (unet's) is."""
+    (tmp_path / "xla").mkdir()
+    (tmp_path / "xla" / "train.py").write_text("ctx = xla_amp.autocast(device, dtype=ptdtype)\n")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "train.py").write_text("with torch.autocast(device.type, enabled=amp):\n    pass\n")
+    assert rp.enters_xla_autocast(tmp_path / "xla") and not rp.enters_xla_autocast(tmp_path / "plain")
