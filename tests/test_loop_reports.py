@@ -1,5 +1,5 @@
-"""Loop-family reports added in session 14: the CTC loss's CPU fallback (XLA317), reported on its lines with
-the fix, the code left as it was."""
+"""Loop-family reports of CPU fallbacks: the CTC loss (XLA317, session 14) and weight norm's fused kernel
+(XLA318, session 16), reported on their lines with the fix, the code left as it was."""
 
 from __future__ import annotations
 
@@ -86,3 +86,19 @@ def test_a_fabric_rank_test_is_no_host_read(target):
     found = {f.line: f.message for f in migrate(source, select=["XLA311"], target=target).findings}
     assert sorted(found) == [24], found
     assert found[24].startswith("loss > 10.0") and "every 20 steps" in found[24], found
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_weight_norm_is_reported_where_it_takes_the_fused_kernel(target):
+    source = (FIXTURES / "XLA318" / "weight_norm.in.py").read_text()
+    result = migrate(source, select=["XLA318"], target=target)
+    assert result.code == source
+    # the legacy and the parametrized forms, under any import name; not dim=None (the unfused path)
+    assert [f.line for f in result.findings] == [9, 10, 13]
+    assert all(f.message.startswith("weight_norm(...): weight norm has no XLA lowering") for f in result.findings)
+    assert all("norm_except_dim" in f.fix for f in result.findings)
+
+
+def test_a_function_of_another_name_is_not_weight_norm():
+    source = "import torch.nn as nn\n\n\ndef weight_norm(m):\n    return m\n\n\nlayer = weight_norm(nn.Linear(2, 2))\n"
+    assert not migrate(source, select=["XLA318"], target="2.9").findings
