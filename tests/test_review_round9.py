@@ -1,0 +1,160 @@
+"""The defect classes of the expert review's ninth round (the team's real-programs suite, session 16: cleanrl's
+dqn, c51, ppo and pqn, mrdbourke's computer-vision notebook, SupContrast, the DDPM tutorial, llama2.c under
+torchrun, Atcold's sequence notebook and others), one test per new class on the self-written fixtures in
+``fixtures/review/<issue>-<class>/`` (their READMEs say what is wrong today, what was measured, and what right
+looks like).
+
+Same contract as tests/test_review_classes.py (whose helpers this module reuses): each test asserts the RIGHT
+behaviour; a class the tool still gets wrong is marked ``known_defect(issue, what)``, a strict xfail that only an
+AssertionError satisfies. When one XPASSes, check the output against its README and delete the mark.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from test_review_classes import BOTH, REVIEW, _show, _tree_run, known_defect, migrated  # noqa: F401
+from xla_migrate import migrate
+
+
+def _calls(code: str, *suffixes: str) -> list[ast.Call]:
+    return [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)
+            and any(ast.unparse(n.func).endswith(s) for s in suffixes)]
+
+
+def _mentions(notes, *words: str) -> list:
+    return [n for n in notes if any(w in n.message for w in words)]
+
+
+# Severity C (a crash the original did not have) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["sagemaker"])
+@known_defect(29, "xla_amp.autocast entered on an XLA:CPU device: torch_xla skips its base __init__ there")
+def test_sagemaker_autocast_is_not_entered_on_a_cpu_xla_device(migrated, target):
+    run = migrated("29-xla-amp-autocast-on-xla-cpu-device", target)
+    code = run.code["train.py"]
+    guarded = "xla_device_hw" in code
+    reported = _mentions(run.findings["train.py"], "autocast")
+    assert not _calls(code, "xla_amp.autocast") or guarded or reported, \
+        f"{code}\nfindings: {_show(run.findings['train.py'])}"
+
+
+@pytest.mark.parametrize("target", ["sagemaker"])
+@known_defect(29, "sagemaker's autocast keeps float16, which torch_xla disables on a TPU (2.9 maps it to bf16)")
+def test_sagemaker_autocast_dtype_matches_the_2_9_target(migrated, target):
+    code = migrated("29-xla-amp-autocast-on-xla-cpu-device", target).code["train.py"]
+    dtypes = [ast.unparse(k.value) for c in _calls(code, "xla_amp.autocast") for k in c.keywords if k.arg == "dtype"]
+    assert dtypes and all("bfloat16" in d for d in dtypes), f"autocast dtypes {dtypes}:\n{code}"
+
+
+@pytest.mark.parametrize("target", ["2.9"])
+def test_2_9_autocast_runs_on_any_xla_device(migrated, target):
+    # The control: torch.autocast("xla", ...) names no device and maps float16 to bfloat16.
+    code = migrated("29-xla-amp-autocast-on-xla-cpu-device", target).code["train.py"]
+    calls = _calls(code, "torch.autocast")
+    assert calls and "bfloat16" in ast.unparse(calls[0]) and not _calls(code, "xla_amp.autocast"), code
+
+
+# Severity G (extra graph executions / host reads per step) -----------------------------------------------------
+
+
+def _module_level_cache_calls(code: str) -> list[str]:
+    """initialize_cache calls that run whenever the module is imported (not under `if __name__ ...`)."""
+    return [ast.unparse(s) for s in ast.parse(code).body if isinstance(s, ast.Expr)
+            and isinstance(s.value, ast.Call) and ast.unparse(s.value.func).endswith("initialize_cache")]
+
+
+@known_defect(29, "an entry script that a sibling entry imports gets no compile cache")
+def test_imported_entry_script_gets_the_compile_cache(tmp_path):
+    run = _tree_run(REVIEW / "29-compile-cache-skipped-for-imported-entry", "2.9", tmp_path)
+    code = run.code["train_ce.py"]
+    assert _calls(code, "initialize_cache") and not _module_level_cache_calls(code), \
+        f"train_ce.py:\n{code}\nchanges: {_show(run.changes['train_ce.py'])}"
+
+
+def test_entry_nobody_imports_gets_the_compile_cache(tmp_path):
+    # The control: the sibling entry that no module imports gets the cache (XLA315), as every entry should.
+    run = _tree_run(REVIEW / "29-compile-cache-skipped-for-imported-entry", "2.9", tmp_path)
+    assert _calls(run.code["train_linear.py"], "initialize_cache"), run.code["train_linear.py"]
+
+
+@BOTH
+@known_defect(30, "torch.distributions' argument validation reads every constructed distribution to the host")
+def test_distribution_validation_reads_are_removed_or_reported(migrated, target):
+    run = migrated("30-distribution-validate-args-host-reads", target)
+    code = run.code["train.py"]
+    disabled = "set_default_validate_args(False)" in code or "validate_args=False" in code
+    reported = _mentions(run.findings["train.py"], "validate_args", "Categorical")
+    assert disabled or reported, f"findings: {_show(run.findings['train.py'])}"
+
+
+@BOTH
+def test_distribution_fixture_gets_the_step_recipe(migrated, target):
+    # The control: the update itself is migrated (xm.optimizer_step), the policy is on the XLA device.
+    code = migrated("30-distribution-validate-args-host-reads", target).code["train.py"]
+    assert _calls(code, "xm.optimizer_step") and "cuda" not in code.split("def main")[1], code
+
+
+@BOTH
+@known_defect(30, "host reads in a rollout loop beside the update loop are not reported")
+def test_rollout_loop_read_is_reported(migrated, target):
+    run = migrated("30-rollout-loop-reads-unreported", target)
+    notes = [n for n in run.findings["train.py"] if n.code == "XLA311" and n.line == 29]
+    assert notes, f"findings: {_show(run.findings['train.py'])}"
+
+
+ONE_LOOP = '''
+import torch
+from torch import nn
+
+
+def main(env):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    actor = nn.Linear(4, 2).to(device)
+    optimizer = torch.optim.Adam(actor.parameters(), lr=1e-3)
+    obs = env.reset()
+    for step in range(100):
+        action = actor(torch.tensor(obs).to(device)).argmax(dim=1)
+        obs, reward = env.step(action.cpu().numpy())
+        loss = -actor(torch.tensor(obs).to(device)).log_softmax(-1)[:, 1].mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+@BOTH
+def test_read_in_the_training_loop_itself_is_reported(target):
+    # The control: the same read in the loop that also updates (cleanrl's dqn/c51 shape) gets XLA311 today.
+    result = migrate(ONE_LOOP, target=target, path="train.py")
+    assert [f for f in result.findings if f.code == "XLA311" and f.line == 13], result.findings
+
+
+def _notebook_findings(run) -> list:
+    return [n for rel, notes in run.findings.items() for n in notes if n.code == "XLA311"]
+
+
+@known_defect(30, "a notebook's call of a project-module helper that reads a tensor is not followed")
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_helper_read_called_from_a_notebook_is_reported(target, tmp_path):
+    run = _tree_run(REVIEW / "30-notebook-imported-helper-reads-unreported", target, tmp_path)
+    notes = [n for n in _notebook_findings(run) if "accuracy_fn" in n.message or ".item()" in n.message]
+    assert notes, f"findings: { {rel: _show(notes) for rel, notes in run.findings.items()} }"
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_helper_read_called_from_a_script_is_reported(target, tmp_path):
+    # The control: the notebook's cells as one script beside the same helper module: XLA311 names accuracy_fn.
+    fixture = REVIEW / "30-notebook-imported-helper-reads-unreported"
+    folder = tmp_path / "as-script"
+    folder.mkdir()
+    (folder / "metrics.py").write_text((fixture / "metrics.py").read_text())
+    cells = json.loads((fixture / "train.ipynb").read_text())["cells"]
+    (folder / "train.py").write_text("\n\n\n".join("".join(c["source"]) for c in cells) + "\n")
+    run = _tree_run(folder, target, tmp_path / "work")
+    assert [n for n in run.findings["train.py"] if n.code == "XLA311" and "accuracy_fn" in n.message], \
+        _show(run.findings["train.py"])
