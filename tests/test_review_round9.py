@@ -158,3 +158,37 @@ def test_helper_read_called_from_a_script_is_reported(target, tmp_path):
     run = _tree_run(folder, target, tmp_path / "work")
     assert [n for n in run.findings["train.py"] if n.code == "XLA311" and "accuracy_fn" in n.message], \
         _show(run.findings["train.py"])
+
+
+@BOTH
+@known_defect(30, "a window slice at the loop's offset inside a helper is not reported (inline it gets XLA312)")
+def test_offset_slice_in_a_helper_is_reported(migrated, target):
+    run = migrated("30-loop-offset-slice-in-helper-unreported", target)
+    notes = [n for rel, notes in run.findings.items() for n in notes if n.code == "XLA312" and "offset" in n.message]
+    assert notes, f"findings: { {rel: _show(notes) for rel, notes in run.findings.items()} }"
+
+
+INLINE_WINDOWS = '''
+import torch
+from torch import nn
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train_data = torch.randint(0, 100, (8, 250)).to(device)
+    model = nn.Sequential(nn.Embedding(100, 16), nn.Linear(16, 100)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for i in range(0, train_data.size(1) - 1, 20):
+        data, targets = train_data[:, i:i + 20], train_data[:, i + 1:i + 21]
+        loss = nn.functional.cross_entropy(model(data).reshape(-1, 100), targets.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+@BOTH
+def test_offset_slice_inline_is_reported(target):
+    # The control: the same windows sliced inline in the loop get XLA312 today.
+    result = migrate(INLINE_WINDOWS, target=target, path="train.py")
+    assert [f for f in result.findings if f.code == "XLA312" and f.line == 12], result.findings
