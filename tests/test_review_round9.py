@@ -192,3 +192,28 @@ def test_offset_slice_inline_is_reported(target):
     # The control: the same windows sliced inline in the loop get XLA312 today.
     result = migrate(INLINE_WINDOWS, target=target, path="train.py")
     assert [f for f in result.findings if f.code == "XLA312" and f.line == 12], result.findings
+
+
+# Severity R (a finding that is wrong) --------------------------------------------------------------------------
+
+
+@BOTH
+@known_defect(29, "XLA107 'the model does not train' although the caller moved the model before its optimizer")
+def test_no_stale_optimizer_finding_when_the_caller_moved_first(migrated, target):
+    run = migrated("29-optimizer-move-finding-when-caller-moved-first", target)
+    false = run.notes_at("engine.py", (20,), "XLA107")
+    assert not false, f"findings: {_show(false)}"
+
+
+@BOTH
+def test_stale_optimizer_finding_when_the_caller_did_not_move(target, tmp_path):
+    # The control: the caller builds the optimizer on an unmoved model: XLA107 at the move is right.
+    fixture = REVIEW / "29-optimizer-move-finding-when-caller-moved-first"
+    folder = tmp_path / "unmoved"
+    folder.mkdir()
+    (folder / "engine.py").write_text((fixture / "engine.py").read_text())
+    source = (fixture / "train.py").read_text()
+    assert "nn.Linear(16, 3)).to(device)" in source
+    (folder / "train.py").write_text(source.replace("nn.Linear(16, 3)).to(device)", "nn.Linear(16, 3))"))
+    run = _tree_run(folder, target, tmp_path / "work")
+    assert run.notes_at("engine.py", (20,), "XLA107"), _show(run.findings["engine.py"])
