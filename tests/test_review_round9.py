@@ -138,7 +138,6 @@ def _notebook_findings(run) -> list:
     return [n for rel, notes in run.findings.items() for n in notes if n.code == "XLA311"]
 
 
-@known_defect(30, "a notebook's call of a project-module helper that reads a tensor is not followed")
 @pytest.mark.parametrize("target", ["2.9", "sagemaker"])
 def test_helper_read_called_from_a_notebook_is_reported(target, tmp_path):
     run = _tree_run(REVIEW / "30-notebook-imported-helper-reads-unreported", target, tmp_path)

@@ -328,6 +328,21 @@ class ProjectIndex:
         rel = self.relative(path)
         return ProjectFile(self, rel) if rel is not None else None
 
+    def with_notebook(self, path: str, code: str) -> ProjectIndex:
+        """This index with a notebook of the tree (``code``: its code cells as one program) indexed like a
+        module that no other imports, so the notebook's calls into project modules are followed as a
+        script's are. The index itself is unchanged (notebooks are migrated in parallel)."""
+        try:
+            rel = Path(os.path.abspath(path)).relative_to(self.root).as_posix()
+        except ValueError:
+            return self
+        info = _index_module(rel, code.encode("utf-8"))
+        local = {name: value for name, value in info.imports.items() if self.import_target(rel, *value) is not None}
+        targets = {self.import_target(rel, module, attribute) for module, attribute in local.values()}
+        modules = {**self.modules, rel: ModuleInfo(**{**info.__dict__, "imports": local, "name": ""})}
+        edges = {**self.edges, rel: tuple(sorted(t for t in targets if t is not None))}
+        return ProjectIndex(self.root, modules, self.by_name, edges, cpu_only=self.cpu_only)
+
     # Summary ---------------------------------------------------------------------------------------------
     def describe(self) -> dict:
         """What the index found, for the report."""

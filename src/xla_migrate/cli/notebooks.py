@@ -224,8 +224,11 @@ def migrate_notebook(task, data: bytes, options, outcome) -> bytes:
     outcome.findings = list(left_out)
     if not program.cells:
         return data
+    # In a tree run the notebook sees the project's modules, as a script of the tree does
+    project = getattr(options, "project", None)
+    project = project.with_notebook(task.path, program.text) if project is not None else None
     result = _migrate(program.text, target=options.target, select=options.select, ignore=options.ignore_for(task.path),
-                      path=task.path, distributed=options.distributed,
+                      path=task.path, distributed=options.distributed, project=project,
                       data_parallel=options.data_parallel, cells_compiled=True, fix_safety=options.fix_safety)
     if result.error is not None:
         cell, line = program.place(result.error.line)
