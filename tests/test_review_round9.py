@@ -68,7 +68,6 @@ def _module_level_cache_calls(code: str) -> list[str]:
             and isinstance(s.value, ast.Call) and ast.unparse(s.value.func).endswith("initialize_cache")]
 
 
-@known_defect(29, "an entry script that a sibling entry imports gets no compile cache")
 def test_imported_entry_script_gets_the_compile_cache(tmp_path):
     run = _tree_run(REVIEW / "29-compile-cache-skipped-for-imported-entry", "2.9", tmp_path)
     code = run.code["train_ce.py"]

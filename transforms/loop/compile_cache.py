@@ -16,7 +16,9 @@ What it does:
     or builds an ``accelerate.Accelerator``, nor in a project's ``hubconf.py`` or a module that another imports,
     even with ``from module import *`` (``torch.hub`` or the importer runs it after the first computation),
     nor in a helper module that only binds a device and defines functions (a notebook or a user's script
-    imports it after training: "Computation cache has already been initialized" at the import).
+    imports it after training: "Computation cache has already been initialized" at the import). A script that
+    is run on its own and also imported by another module of the project (no launcher) gets the call as the
+    first statement of its ``if __name__ == "__main__":`` block instead, which runs only when it is the program.
     The ``2.9`` target only. The cache folder is in the change's
     message.
 
@@ -66,23 +68,44 @@ class PersistentCompileCache(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
-        if not self._entry(node) or ctx.facts.uses_accelerate or _NOTEBOOK_CELL in ctx.input_code:
+        in_main_block = self._imported_entry()
+        if not (in_main_block or self._entry(node)) or ctx.facts.uses_accelerate or _NOTEBOOK_CELL in ctx.input_code:
             return
         if not (ctx.facts.device_bindings or ctx.steps.loops):
             return
         if any(INITIALIZE_CACHE in ctx.qualnames(call.func) for call in self._calls(node)):
             return
-        body = list(node.body)
-        index = _after_leading_imports(body)
-        if index >= len(body):
-            return
         os_name = ctx.local_name("os", "os")
         code = ctx.spell("compile_cache", f'{os_name}.path.expanduser("{CACHE_FOLDER}")')
         statement = ctx.statement(code).with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(_COMMENT))])
-        self.insert_before(body[index], [statement],
-                           f"persistent compilation cache in {CACHE_FOLDER}: {code} (once per process, before the "
-                           "first device use; later runs load compiled graphs instead of compiling)")
+        message = (f"persistent compilation cache in {CACHE_FOLDER}: {code} (once per process, before the first "
+                   "device use; later runs load compiled graphs instead of compiling)")
+        if in_main_block:
+            guard = ctx.facts.main_guard
+            first = guard.body.body[0]
+            self.insert_before(first, [statement.with_changes(leading_lines=[])],
+                               f"{message}; in the __main__ block: another module imports this file, and a "
+                               "second initialize_cache there would raise")
+            return
+        body = list(node.body)
+        index = _after_leading_imports(body)
+        if index >= len(body):
+            return
+        self.insert_before(body[index], [statement], message)
+
+    def _imported_entry(self) -> bool:
+        """A script run on its own (a ``__main__`` block, no launcher: its workers would not run the block) that
+        another project module also imports: the cache goes inside its ``__main__`` block, which only runs when
+        this file is the program (issue 29: SupContrast's main_ce.py, cleanrl's dqn.py)."""
+        ctx = self.ctx
+        if ctx.project is None or ctx.facts.main_guard is None:
+            return False
+        guard = ctx.facts.main_guard
+        info = ctx.project.index.modules[ctx.project.rel]
+        return (bool(ctx.project.index.importers(ctx.project.rel)) and not info.launcher
+                and isinstance(guard.body, cst.IndentedBlock) and bool(guard.body.body)
+                and ctx.project.rel.rsplit("/", 1)[-1] != "hubconf.py")
 
     def _entry(self, node: cst.Module) -> bool:
         ctx = self.ctx
