@@ -197,7 +197,6 @@ def test_offset_slice_inline_is_reported(target):
 
 
 @BOTH
-@known_defect(29, "XLA107 'the model does not train' although the caller moved the model before its optimizer")
 def test_no_stale_optimizer_finding_when_the_caller_moved_first(migrated, target):
     run = migrated("29-optimizer-move-finding-when-caller-moved-first", target)
     false = run.notes_at("engine.py", (20,), "XLA107")
