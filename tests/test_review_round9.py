@@ -83,7 +83,6 @@ def test_entry_nobody_imports_gets_the_compile_cache(tmp_path):
 
 
 @BOTH
-@known_defect(30, "torch.distributions' argument validation reads every constructed distribution to the host")
 def test_distribution_validation_reads_are_removed_or_reported(migrated, target):
     run = migrated("30-distribution-validate-args-host-reads", target)
     code = run.code["train.py"]
