@@ -1,5 +1,4 @@
-"""XLA319 distribution-validation-off: a step that builds torch.distributions objects gets their argument
-checks turned off, once, after the imports.
+"""XLA319 distribution-validation-off: torch.distributions' argument checks in a step are turned off once.
 
 What it does:
     Where a training or evaluation step (or a function one runs every step: a policy's ``act``, a model's
