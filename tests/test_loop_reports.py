@@ -1,5 +1,6 @@
 """Loop-family reports of CPU fallbacks: the CTC loss (XLA317, session 14) and weight norm's fused kernel
-(XLA318, session 16), reported on their lines with the fix, the code left as it was."""
+(XLA318, session 16), reported on their lines with the fix, the code left as it was; and the host reads of
+torch.distributions' argument checks in a step, turned off once after the imports (XLA319, session 16)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,60 @@ def test_weight_norm_is_reported_where_it_takes_the_fused_kernel(target):
 def test_a_function_of_another_name_is_not_weight_norm():
     source = "import torch.nn as nn\n\n\ndef weight_norm(m):\n    return m\n\n\nlayer = weight_norm(nn.Linear(2, 2))\n"
     assert not migrate(source, select=["XLA318"], target="2.9").findings
+
+
+SETTER = "torch.distributions.Distribution.set_default_validate_args(False)"
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_distribution_checks_are_turned_off_once_where_a_step_builds_one(target):
+    source = (FIXTURES / "XLA319" / "policy_step.in.py").read_text()
+    result = migrate(source, select=["XLA319"], target=target)
+    # once, after the leading imports (a Categorical and a D.Normal in the step's methods)
+    assert result.code.count("set_default_validate_args") == 1
+    assert result.code.index(SETTER) < result.code.index("class Agent")
+    assert result.code.index("from torch.distributions import Categorical") < result.code.index(SETTER)
+    [change] = [c for c in result.changes if c.code == "XLA319"]
+    assert "debug checks that read the device" in change.message and "line 16" in change.message
+    # its own output is left as it is
+    assert migrate(result.code, select=["XLA319"], target=target).code == result.code
+
+
+@pytest.mark.parametrize("case", ["not_per_step", "default_already_set"])
+def test_no_distribution_change_where_no_step_builds_one_or_the_default_is_set(case):
+    source = (FIXTURES / "XLA319" / f"{case}.in.py").read_text()
+    result = migrate(source, select=["XLA319"], target="2.9")
+    assert result.code == source and not result.changes
+
+
+def test_distribution_classes_are_told_from_the_package_helpers():
+    from xla_migrate.transforms.loop.distribution_validation import is_distribution
+
+    assert is_distribution("torch.distributions.Categorical")
+    assert is_distribution("torch.distributions.normal.Normal")
+    assert not is_distribution("torch.distributions.kl_divergence")
+    assert not is_distribution("torch.distributions.constraints.Real")
+    assert not is_distribution("torch.distributions.TanhTransform")
+    assert not is_distribution("numpy.random.Generator")
+
+
+def test_a_distribution_in_a_model_another_module_trains_turns_the_checks_off_there(tmp_path):
+    from test_review_classes import _tree_run
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "model.py").write_text(
+        "import torch\nfrom torch import nn\nfrom torch.distributions import Normal\n\n\n"
+        "class Actor(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.mu = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+        "        return Normal(self.mu(x), torch.ones(2, device=x.device)).rsample()\n")
+    (project / "train.py").write_text(
+        "import torch\nfrom model import Actor\n\n\ndef main():\n"
+        "    device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n"
+        "    actor = Actor().to(device)\n    optimizer = torch.optim.Adam(actor.parameters())\n"
+        "    for step in range(10):\n        loss = actor(torch.randn(8, 4, device=device)).pow(2).mean()\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n\n"
+        "if __name__ == \"__main__\":\n    main()\n")
+    run = _tree_run(project, "2.9", tmp_path / "work")
+    assert run.code["model.py"].count(SETTER) == 1, run.code["model.py"]
+    assert "set_default_validate_args" not in run.code["train.py"]

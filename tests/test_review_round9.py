@@ -82,7 +82,6 @@ def test_entry_nobody_imports_gets_the_compile_cache(tmp_path):
 
 
 @BOTH
-@known_defect(30, "torch.distributions' argument validation reads every constructed distribution to the host")
 def test_distribution_validation_reads_are_removed_or_reported(migrated, target):
     run = migrated("30-distribution-validate-args-host-reads", target)
     code = run.code["train.py"]
@@ -206,7 +205,6 @@ def test_offset_slice_inline_is_reported(target):
 
 
 @BOTH
-@known_defect(29, "XLA107 'the model does not train' although the caller moved the model before its optimizer")
 def test_no_stale_optimizer_finding_when_the_caller_moved_first(migrated, target):
     run = migrated("29-optimizer-move-finding-when-caller-moved-first", target)
     false = run.notes_at("engine.py", (20,), "XLA107")

@@ -19,8 +19,11 @@ What it does:
     train(model, optimizer): model.to(device)``) means the caller built that optimizer first: where every
     caller is in the same module (no other module of the project imports it) and builds the optimizer it
     passes from the model it passes (``optimizer = torch.optim.X(model.parameters())`` in its own scope),
-    each caller's model moves just before its optimizer; otherwise the move is reported. In code that already
-    runs on torch_xla it only reports (the move and the re-tie below), as every rule does there.
+    each caller's model moves just before its optimizer; otherwise the move is reported, unless every caller
+    in the project (this module and the modules importing it) moved the model it passes to the device before
+    building the optimizer it passes (``model = Net().to(device)``, then ``torch.optim.Adam(model.parameters())``:
+    going_modular's engine.train): the move in the function is then a no-op (optimizer_callers.py). In code that
+    already runs on torch_xla it only reports (the move and the re-tie below), as every rule does there.
 
 Why:
     On CUDA, ``Module.to`` keeps the parameter objects (it swaps their storage), so an optimizer built
@@ -61,6 +64,7 @@ from xla_migrate.analysis.steps import is_optimizer_name
 from xla_migrate.analysis.facts import NOT_OPTIMIZERS, OPTIMIZER_MODULES, is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
+from xla_migrate.transforms.device import optimizer_callers
 
 PARAMETER_METHODS = ("parameters", "named_parameters")
 # A `.to(...)` argument that names a device, not a dtype (`.to(torch.float16)` keeps the parameters).
@@ -362,6 +366,11 @@ class OptimizerBeforeDeviceMove(Rule):
         optimizers = [name for name in names if is_optimizer_name(name)]
         if not optimizers or self._move_before_callers_optimizers(function, names, move.model, optimizers[0]):
             return
+        project = self.ctx.project
+        if project is not None and isinstance(self.ctx.parent(function), cst.Module) and \
+                optimizer_callers.every_caller_moved_first(project.index, project.rel, self.ctx.module.code,
+                                                           function.name.value, names, move.model, optimizers[0]):
+            return  # each caller's model was on the device before its optimizer: this move is a no-op
         self.finding(
             move.node,
             f"`{short(move.node)}` moves a model that `{function.name.value}` receives with its optimizer "
