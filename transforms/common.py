@@ -69,3 +69,18 @@ def is_backend_flag(ctx: MigrationContext, target: cst.BaseExpression) -> bool:
     """An assignment target that is one of torch's CUDA backend switches."""
     return isinstance(target, cst.Attribute) and any(
         n.startswith(BACKEND_FLAG_PREFIXES) for n in ctx.qualnames(target))
+
+
+def after_leading_imports(body: list[cst.BaseStatement]) -> int:
+    """The index of the first statement after the module's docstring and leading imports (where the engine
+    adds the imports the output needs, so the call comes after them)."""
+    index = 1 if body and patterns.is_docstring(body[0]) else 0
+    while index < len(body) and patterns.is_ipython_placeholder(body[index]):
+        index += 1
+    last = None
+    for position in range(index, len(body)):
+        if patterns.is_import_line(body[position]):
+            last = position
+        elif last is not None or not patterns.is_docstring(body[position]):
+            break
+    return index if last is None else last + 1

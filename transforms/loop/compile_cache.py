@@ -53,6 +53,7 @@ import libcst as cst
 
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
+from xla_migrate.transforms.common import after_leading_imports
 
 CACHE_FOLDER = "~/.cache/xla_compile"
 INITIALIZE_CACHE = "torch_xla.runtime.initialize_cache"
@@ -89,7 +90,7 @@ class PersistentCompileCache(Rule):
                                "second initialize_cache there would raise")
             return
         body = list(node.body)
-        index = _after_leading_imports(body)
+        index = after_leading_imports(body)
         if index >= len(body):
             return
         self.insert_before(body[index], [statement], message)
@@ -142,18 +143,3 @@ class PersistentCompileCache(Rule):
     def _calls(self, node: cst.Module) -> list[cst.Call]:
         return patterns.find_all(node, lambda n: isinstance(n, cst.Call) and patterns.method_call(
             n, "initialize_cache") is not None)  # type: ignore[return-value]
-
-
-def _after_leading_imports(body: list[cst.BaseStatement]) -> int:
-    """The index of the first statement after the module's docstring and leading imports (where the engine
-    adds the imports the output needs, so the call comes after them)."""
-    index = 1 if body and patterns.is_docstring(body[0]) else 0
-    while index < len(body) and patterns.is_ipython_placeholder(body[index]):
-        index += 1
-    last = None
-    for position in range(index, len(body)):
-        if patterns.is_import_line(body[position]):
-            last = position
-        elif last is not None or not patterns.is_docstring(body[position]):
-            break
-    return index if last is None else last + 1

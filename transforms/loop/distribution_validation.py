@@ -41,7 +41,7 @@ import libcst as cst
 
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
-from xla_migrate.transforms.loop.compile_cache import _after_leading_imports
+from xla_migrate.transforms.common import after_leading_imports
 
 _PACKAGE = "torch.distributions."
 # Submodules of torch.distributions whose classes are not distributions (constraints, transforms).
@@ -88,7 +88,7 @@ class DistributionValidationOff(Rule):
         if self._built is None or self._set:
             return
         body = list(original_node.body)
-        index = _after_leading_imports(body)
+        index = after_leading_imports(body)
         if index >= len(body):
             return
         torch = self.ctx.local_name("torch", "torch")
