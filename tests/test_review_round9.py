@@ -100,7 +100,6 @@ def test_distribution_fixture_gets_the_step_recipe(migrated, target):
 
 
 @BOTH
-@known_defect(30, "host reads in a rollout loop beside the update loop are not reported")
 def test_rollout_loop_read_is_reported(migrated, target):
     run = migrated("30-rollout-loop-reads-unreported", target)
     notes = [n for n in run.findings["train.py"] if n.code == "XLA311" and n.line == 29]
