@@ -159,7 +159,6 @@ def test_helper_read_called_from_a_script_is_reported(target, tmp_path):
 
 
 @BOTH
-@known_defect(30, "a window slice at the loop's offset inside a helper is not reported (inline it gets XLA312)")
 def test_offset_slice_in_a_helper_is_reported(migrated, target):
     run = migrated("30-loop-offset-slice-in-helper-unreported", target)
     notes = [n for rel, notes in run.findings.items() for n in notes if n.code == "XLA312" and "offset" in n.message]
