@@ -98,7 +98,6 @@ def test_distribution_fixture_gets_the_step_recipe(migrated, target):
 
 
 @BOTH
-@known_defect(30, "host reads in a rollout loop beside the update loop are not reported")
 def test_rollout_loop_read_is_reported(migrated, target):
     run = migrated("30-rollout-loop-reads-unreported", target)
     notes = [n for n in run.findings["train.py"] if n.code == "XLA311" and n.line == 29]
@@ -168,7 +167,6 @@ def test_helper_read_called_from_a_script_is_reported(target, tmp_path):
 
 
 @BOTH
-@known_defect(30, "a window slice at the loop's offset inside a helper is not reported (inline it gets XLA312)")
 def test_offset_slice_in_a_helper_is_reported(migrated, target):
     run = migrated("30-loop-offset-slice-in-helper-unreported", target)
     notes = [n for rel, notes in run.findings.items() for n in notes if n.code == "XLA312" and "offset" in n.message]

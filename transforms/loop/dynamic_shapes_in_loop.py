@@ -18,7 +18,10 @@ What it does:
     returns them as a list of per-image tensors), reported where the training loop moves them to the device
     (at the collate when a device loader moves them), with the fix: pad to a fixed maximum number of boxes
     with a validity mask; a corpus on the device sliced with Python offsets by a batch function, and any slice of a device tensor inside a step
-    loop whose bounds come from the loop's variables (``data[i:i + bs]``). Host-random geometry on the step's
+    loop whose bounds come from the loop's variables (``data[i:i + bs]``), also through a helper the step calls
+    with a device tensor and the loop's offset (TCN's ``get_batch(train_data, i, args)`` slicing ``source[:,
+    i:i + seq_len]``; a function of this module, or of another project module from the project index): at the
+    call, naming the slice. Host-random geometry on the step's
     device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
     ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
     naming the slice; a helper of another project module too, from the project index), and timm's ``Mixup`` with CutMix (``cutmix_alpha`` not 0) or torchvision's
@@ -70,6 +73,9 @@ PAD_FIX = ("pad every batch to one fixed length (the dataset's maximum: pad_sequ
            "lengths; mask the padding in the model")
 SLICE_FIX = ("keep the tensor on the host and move each slice to the device (x[i:i + n].to(device)): the batch "
              "then has the same shape every step and the slicing costs no graph")
+WINDOW_FIX = ("keep the corpus on the host and move each window (the helper slices the CPU tensor, then "
+              ".to(device)), or gather with a device index (source.index_select(1, offsets + i_tensor)) so the "
+              "offset is data, not a constant of the graph")
 MASK_FIX = ("keep the shape: use the mask arithmetically (torch.where(mask, x, 0), x * mask, "
             "loss with reduction='none' times the mask, divided by mask.sum()); where each row keeps the same "
             "count (x[~torch.eye(n, dtype=torch.bool)].view(n, -1)), gather with indices built once "
@@ -358,6 +364,105 @@ class DynamicShapesInLoop(Rule):
                                    "new graph per draw", geometry.CROP_FIX)
                 return
 
+    def _offset_window_call(self, node: cst.Call) -> None:
+        """A call in the step of a helper that slices a device tensor it is handed at the offset the loop hands
+        it (``data, targets = get_batch(train_data, i, args)`` with ``source[:, i:i + seq_len]`` in get_batch:
+        TCN's word_cnn), a function of this module or of another project module (the project index): reported
+        at the call, naming the slice, as ``offset_slices`` reports the same slice written in the loop."""
+        ctx = self.ctx
+        region = self._region(node)
+        if region is None or region.in_callee:
+            return
+        found = self._window_helper(node)
+        if found is None:
+            return
+        where, sliced, offset, code = found
+        args = patterns.positional(node)
+        if len(args) <= max(sliced, offset) or any(a.star for a in args[:max(sliced, offset) + 1]):
+            return
+        corpus = args[sliced].value
+        if not isinstance(corpus, cst.Name) or not self._loop_offset(args[offset].value, region.step.loop):
+            return
+        moved = self._device_binding(corpus)
+        if moved is None:
+            return
+        self.finding(node, f"{short(node)}: {short(node.func)}() slices {corpus.value} (on the device: line "
+                           f"{ctx.position(moved)[0]}) at an offset that changes every step ({where}: {code[:60]}): "
+                           "the offsets are constants of the graph, a new graph per offset", WINDOW_FIX)
+
+    def _window_helper(self, node: cst.Call) -> tuple[str, int, int, str] | None:
+        """(where, sliced parameter's index, offset parameter's index, code) of the first slice the called
+        helper takes of one parameter at an offset another gives (``source[:, i:i + seq_len]``)."""
+        ctx = self.ctx
+        target = ctx.steps.callee(node)
+        if target is None:
+            if ctx.project is None:
+                return None
+            for name in sorted(_project_names(ctx, node.func)):
+                found = ctx.project.offset_slice(name)
+                if found is not None:
+                    path, sliced, offset, line, code = found
+                    return f"{path}:{line}", sliced, offset, code
+            return None
+        if ctx.steps.class_of(target) is not None or any(c.slicer is target for c in shapes.device_corpora(ctx)):
+            return None  # a method (self shifts the arguments); a batch function XLA316 or the corpus report covers
+        params = [p.name.value for p in (*target.params.posonly_params, *target.params.params)]
+        for piece in patterns.find_all(target.body, lambda n: isinstance(n, cst.Subscript)):
+            if not (isinstance(piece.value, cst.Name) and piece.value.value in params):
+                continue
+            for element in piece.slice:
+                bound = element.slice
+                if not isinstance(bound, cst.Slice) or bound.lower is None or isinstance(bound.lower, cst.Integer):
+                    continue
+                offsets = [n.value for n in patterns.find_all(bound.lower, lambda n: isinstance(n, cst.Name))
+                           if n.value in params and n.value != piece.value.value]
+                if offsets:
+                    return (f"line {ctx.position(piece)[0]}", params.index(piece.value.value),
+                            params.index(offsets[0]), short(piece))
+        return None
+
+    def _loop_offset(self, value: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+        """``value`` mentions a variable of the step loop: its target or a name its body binds."""
+        names: set[str] = set()
+        if isinstance(loop, cst.For):
+            names.update(n.value for n in patterns.find_all(loop.target, lambda n: isinstance(n, cst.Name)))
+        for target in patterns.find_all(loop.body, lambda n: isinstance(n, (cst.AssignTarget, cst.AugAssign))):
+            if isinstance(target.target, cst.Name):
+                names.add(target.target.value)
+        return any(n.value in names for n in patterns.find_all(value, lambda n: isinstance(n, cst.Name)))
+
+    def _device_binding(self, name: cst.Name) -> cst.Assign | None:
+        """The binding that puts ``name`` on the device: ``x = data.to(device)`` / ``.cuda()``, or a call of a
+        function that returns such a move (this module's, or another project module's: TCN's ``batchify``)."""
+        ctx = self.ctx
+        scope = ctx.scopes.get(name)
+        if scope is None:
+            return None
+        for assignment in scope[name.value]:
+            target = getattr(assignment, "node", None)
+            holder = ctx.parent(target) if isinstance(target, cst.CSTNode) else None
+            assign = ctx.parent(holder) if isinstance(holder, cst.AssignTarget) else None
+            if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+                continue
+            value = assign.value
+            if _device_move(value) or self._returns_on_device(value):
+                return assign
+        return None
+
+    def _returns_on_device(self, call: cst.Call) -> bool:
+        ctx = self.ctx
+        target = ctx.steps.callee(call)
+        if target is None:
+            return ctx.project is not None and any(ctx.project.returns_on_device(n) for n in
+                                                     _project_names(ctx, call.func))
+        returns = patterns.find_all(target.body, lambda n: isinstance(n, cst.Return))
+        moved = {t.target.value for a in patterns.find_all(target.body, lambda n: isinstance(n, cst.Assign))
+                 if isinstance(a.value, cst.Call) and _device_move(a.value)
+                 for t in a.targets if isinstance(t.target, cst.Name)}
+        return bool(returns) and all(r.value is not None and (
+            (isinstance(r.value, cst.Call) and _device_move(r.value))
+            or (isinstance(r.value, cst.Name) and r.value.value in moved)) for r in returns)
+
     def _cutmix(self, node: cst.Call) -> None:
         """timm's Mixup with CutMix (torchvision's v2.CutMix) applied in the step to a device batch."""
         ctx = self.ctx
@@ -381,9 +486,35 @@ class DynamicShapesInLoop(Rule):
             return
         self._cutmix(node)
         self._random_crop_call(node)
+        self._offset_window_call(node)
         self._imported_mask_index(node)
         names = self.ctx.qualnames(node.func)
         one_arg_where = "torch.where" in names and len(node.args) == 1
         data_dependent = patterns.method_call(node, "nonzero", "masked_select", "unique")
         if names & set(DATA_DEPENDENT) or one_arg_where or data_dependent:
             self.finding(node, f"{short(node)}{self._where(node)}: the result's size depends on the data", MASK_FIX)
+
+
+def _device_move(call: cst.Call) -> bool:
+    """``x.cuda()``, ``x.to(device)``, ``x.to("cuda")`` (a name that says device, or a CUDA string)."""
+    method = patterns.method_call(call, "to", "cuda")
+    if method is None:
+        return False
+    if method.attr.value == "cuda":
+        return True
+    args = patterns.positional(call)
+    if not args:
+        return False
+    text = patterns.string_value(args[0].value)
+    if text is not None:
+        return text.startswith("cuda")
+    return "device" in (patterns.dotted_name(args[0].value) or "").lower()
+
+
+def _project_names(ctx, func: cst.BaseExpression) -> frozenset[str]:
+    """The qualified names of a callee, or its bare name where none resolves (``from utils import *``: the
+    project index finds the module the star import takes it from)."""
+    names = ctx.qualnames(func)
+    if not names and isinstance(func, cst.Name):
+        return frozenset({func.value})
+    return names

@@ -30,7 +30,10 @@ What it does:
     through ``self``), reads in the ``forward`` of a model class a loop of another module calls (imported, also
     by a star import) and in the project functions that forward calls (reported in their own file, with the loop
     that runs them: ``in Decoder.forward (run every step by the loop at train.py:12: model(...))``), and a kept
-    GradScaler's ``get_scale()``/``state_dict()``. A read repeated by a loop below the step (over the
+    GradScaler's ``get_scale()``/``state_dict()``, and the reads of a rollout loop that runs the trained model
+    beside the training loop (cleanrl's ppo/pqn: ``for step in range(num_steps): ... envs.step(action.cpu().numpy())``
+    then the update epochs, both in ``for iteration ...``; the model is a forward or what the optimizer trains,
+    ``optim.Adam(agent.parameters())``): every rollout step, with no rewrite, since the environment needs the value. A read repeated by a loop below the step (over the
     parameters) says so: as many syncs per step. A logging statement XLA310 leaves in place
     (under a ``try`` or ``with`` of the step) is reported with the reason; one that runs right before leaving
     the loop is not (it runs once). After the step's barrier a read of a value is free, but a read of a
@@ -82,6 +85,9 @@ ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and
               "or every N steps, or log it through xm.add_step_closure")
 FOREIGN = ("keep the value on the device (masks from the lengths, a fixed maximum length: torch.arange(MAX_LEN) < "
            "lengths[:, None]) so the forward has one shape, or compute it on the host before the batch moves")
+ROLLOUT = ("the read is needed (the environment runs on the host): act with a CPU copy of the policy (load its "
+           "state_dict after each update) so the rollout runs no device graph, or step more environments at once "
+           "(a vectorized env) so each read serves a whole batch")
 CONTROL = "decide from a value read every N steps (or after the loop), not every step"
 CHECK = ("move the check with what it reports into a function run by xm.add_step_closure (it runs once the step's "
          "graph has run), or drop it, or check the batch on the CPU before it moves to the device")
@@ -134,6 +140,7 @@ class LazyTensorHostReads(Rule):
             return
         region = ctx.steps.region(node)
         if region is None:
+            self._rollout(node)
             self._foreign(node)
             return
         if steps.in_step_closure(ctx, node):
@@ -173,6 +180,25 @@ class LazyTensorHostReads(Rule):
         self.finding(node, f"{short(node)}{where}: reads a tensor's value to the host every step (a device sync: "
                            "the graph runs mid-step); a loop bound or a shape taken from it compiles a new graph "
                            "per distinct value", FOREIGN)
+
+    def _rollout(self, node: cst.Call) -> None:
+        """A read in a rollout loop beside the training loop (``envs.step(action.cpu().numpy())`` in cleanrl's
+        ppo/pqn): reported, not moved (the environment runs on the host, so the value is needed there)."""
+        ctx = self.ctx
+        region = ctx.steps.rollout_region(node)
+        if region is None or steps.reads(ctx, node, set()) != [node] or self._reads_cpu_tensor(node, region):
+            return
+        if steps.is_logging_read(ctx, node) or steps.in_logging_compound(ctx, node) or steps.in_step_closure(ctx, node):
+            return
+        if self._runs_once(node, region) or not self._is_outermost_read(node, region):
+            return
+        _, train, outer = ctx.steps.rollouts[region.step.loop]
+        line = ctx.position
+        self.finding(node, f"{short(node)}: reads a tensor's value to the host every rollout step (the loop at line "
+                           f"{line(region.step.loop)[0]}, beside the training loop at line {line(train.loop)[0]} in "
+                           f"the loop at line {line(outer)[0]}): a device sync that runs the policy's graph, one more "
+                           "graph execution per environment step on top of the updates'",
+                     ROLLOUT)
 
     def _computed_after_the_barrier(self, node: cst.Call, region: Region) -> None:
         """After the step's barrier a read of a value is free, but a read of a computation on the step's

@@ -85,6 +85,13 @@ class ModuleInfo:
     # function or "Class.method" -> (line, code) of its first boolean-mask indexing (``x[~mask]``): a loss
     # helper the step calls gets a data-dependent shape (issue 30, XLA312)
     mask_indexes: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # function -> (sliced parameter's index, offset parameter's index, line, code) of its first slice of a
+    # parameter at an offset another parameter gives (``source[:, i:i + seq_len]`` in ``get_batch(source, i,
+    # ...)``): a step that passes a device tensor and the loop's offset gets a new graph per offset (XLA312)
+    offset_slices: dict[str, tuple[int, int, int, str]] = field(default_factory=dict)
+    # top-level functions that return a tensor moved to the device (``return data.to(device)``, ``data =
+    # data.cuda()`` ... ``return data``): TCN's ``batchify`` (XLA312's device corpus)
+    device_returns: tuple[str, ...] = ()
     # class -> its bases as written (``Ladder(BaseModel)`` -> ("BaseModel",)), to follow a model's base class
     # into the module it is imported from (issue 30: its methods are not script code)
     bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -195,6 +202,30 @@ class ProjectIndex:
         target = self.resolve(rel, module) if module else None
         found = self.modules[target].mask_indexes.get(name) if target is not None else None
         return (target, *found) if found else None
+
+    def offset_slice(self, rel: str, qualified: str) -> tuple[str, int, int, int, str] | None:
+        """Where calling the function ``qualified`` (as ``rel`` sees it) slices a parameter at an offset another
+        parameter gives: (file, sliced parameter's index, offset parameter's index, line, code)."""
+        module, _, name = qualified.rpartition(".")
+        target = self.resolve(rel, module) if module else self._star_source(rel, name, "offset_slices")
+        found = self.modules[target].offset_slices.get(name) if target is not None else None
+        return (target, *found) if found else None
+
+    def returns_on_device(self, rel: str, qualified: str) -> bool:
+        """The function ``qualified`` (as ``rel`` sees it) returns a tensor it moved to the device."""
+        module, _, name = qualified.rpartition(".")
+        target = self.resolve(rel, module) if module else self._star_source(rel, name, "device_returns")
+        return target is not None and name in self.modules[target].device_returns
+
+    def _star_source(self, rel: str, name: str, summary: str) -> str | None:
+        """The module a star import of ``rel`` takes the helper ``name`` from (``from utils import *``: TCN's
+        ``get_batch``), the first whose ``summary`` (a ModuleInfo field) holds it; a bare name only."""
+        info = self.modules.get(rel)
+        for key, (module, _) in info.imports.items() if info is not None and name and "." not in name else ():
+            target = self.resolve(rel, module) if key.startswith("*") else None
+            if target is not None and name in getattr(self.modules[target], summary):
+                return target
+        return None
 
     def class_ties(self, rel: str, qualified: str) -> tuple[tuple[str, ...], ...]:
         """The ties of the project class ``qualified`` names (as ``rel`` imports it), or ()."""
@@ -407,6 +438,12 @@ class ProjectFile:
     def mask_index(self, qualified: str) -> tuple[str, int, str] | None:
         return self.index.mask_index(self.rel, qualified)
 
+    def offset_slice(self, qualified: str) -> tuple[str, int, int, int, str] | None:
+        return self.index.offset_slice(self.rel, qualified)
+
+    def returns_on_device(self, qualified: str) -> bool:
+        return self.index.returns_on_device(self.rel, qualified)
+
     def instance_effects(self, name: str, method: str = "__call__") -> tuple[str, ...]:
         """What ``name(...)`` (or ``name.method(...)``) does for an object of a project class made elsewhere."""
         found = self.index.instance_class(self.rel, name)
@@ -551,7 +588,67 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
                       ties=ties, loop_models=loop_model_calls(tree), calls=calls_of,
                       random_slices=random_slice_helpers(tree), mask_indexes=mask_index_helpers(tree), bases=bases,
-                      abstract=tuple(abstract))
+                      abstract=tuple(abstract), offset_slices=_offset_slice_helpers(tree),
+                      device_returns=_device_returns(tree))
+
+
+def _offset_slice_helpers(tree: ast.Module) -> dict[str, tuple[int, int, int, str]]:
+    """Top-level functions that slice a parameter at an offset another parameter gives (``source[:, i:i +
+    seq_len]``, ``source[i + 1:i + 1 + n]`` in ``get_batch(source, i, ...)``): (sliced parameter's index,
+    offset parameter's index, line, code) of the first."""
+    found: dict[str, tuple[int, int, int, str]] = {}
+    for function in tree.body:
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = [a.arg for a in function.args.posonlyargs + function.args.args]
+        for node in walk_ast(function):
+            if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                    and isinstance(node.value, ast.Name) and node.value.id in params):
+                continue
+            elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            for element in elements:
+                if not isinstance(element, ast.Slice) or element.lower is None or isinstance(element.lower,
+                                                                                              ast.Constant):
+                    continue
+                offsets = [n.id for n in walk_ast(element.lower) if isinstance(n, ast.Name) and n.id in params
+                           and n.id != node.value.id]
+                if offsets:
+                    candidate = (params.index(node.value.id), params.index(offsets[0]), node.lineno, ast.unparse(node))
+                    if function.name not in found or candidate[2] < found[function.name][2]:
+                        found[function.name] = candidate
+                    break
+    return found
+
+
+def _device_move(node: ast.expr) -> bool:
+    """``x.cuda()``, ``x.to(device)``, ``x.to("cuda")`` (a name that says device, or a CUDA string)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    if node.func.attr == "cuda":
+        return True
+    if node.func.attr != "to" or not node.args:
+        return False
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value.startswith("cuda")
+    return "device" in (_dotted(first) or "").lower()
+
+
+def _device_returns(tree: ast.Module) -> tuple[str, ...]:
+    """Top-level functions whose every return gives a tensor moved to the device: the move itself, or a name
+    the function binds to one (``if args.cuda: data = data.cuda()`` ... ``return data``)."""
+    found: list[str] = []
+    for function in tree.body:
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        nodes = walk_ast(function)
+        moved = {t.id for n in nodes if isinstance(n, ast.Assign) and _device_move(n.value)
+                 for t in n.targets if isinstance(t, ast.Name)}
+        returns = [n.value for n in nodes if isinstance(n, ast.Return)]
+        if returns and all(v is not None and (_device_move(v) or (isinstance(v, ast.Name) and v.id in moved))
+                           for v in returns):
+            found.append(function.name)
+    return tuple(found)
 
 
 def _imports_of(statement: ast.stmt, package: str, imports: dict[str, tuple[str, str]]) -> None:

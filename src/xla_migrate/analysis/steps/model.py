@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 # Engines that run a process function once per batch in a loop of their own (ignite).
 ENGINES = ("ignite.engine.Engine", "ignite.engine.engine.Engine", "ignite.engine.DeterministicEngine")
+# Methods of a model that run no forward (a rollout loop's evidence is a call that does).
+_NOT_A_FORWARD = frozenset({"parameters", "named_parameters", "train", "eval", "state_dict", "load_state_dict",
+                            "to", "cpu", "cuda", "zero_grad", "modules", "children", "requires_grad_"})
 
 
 # The model -----------------------------------------------------------------------------------------------
@@ -303,6 +306,91 @@ class StepModel(CallPaths, GradientReductions):
         kinds = {e.kind for e in events if not e.nested}
         if BACKWARD in kinds and STEP in kinds and not any(e.kind == BARRIER for e in events):
             return target
+        return None
+
+    # Rollout loops (issue 30) ------------------------------------------------------------------------------------
+    @cached_property
+    def rollouts(self) -> dict[Loop, tuple[StepLoop, StepLoop, Loop]]:
+        """Loops that run the trained model every iteration beside the training loop, in a loop enclosing
+        both (cleanrl's ppo/pqn: ``for iteration ...: for step in range(num_steps): ... envs.step(action.cpu(
+        ).numpy())``, then ``for epoch ...: ... optimizer.step()``). No step loop: the backward that follows
+        makes it no evaluation loop, and no rule marks a step there; only XLA311 asks, for the reads that run
+        every rollout step. Loop -> (a record of kind "rollout", not among ``loops``; the training loop
+        beside it; the enclosing loop)."""
+        found: dict[Loop, tuple[StepLoop, StepLoop, Loop]] = {}
+        trains = [s for s in self.loops.values() if s.kind == "train"]
+        for loop in self._c.loops:
+            function = self._c.loop_function[loop]
+            parent = self._c.loop_parent.get(loop)
+            if parent is None or self.outside_steps(function) or self._under_a_step(loop):
+                continue
+            if isinstance(loop, cst.For) and self.is_data_loader(self.loop_iterable(loop)):
+                continue  # a validation pass over a loader before the update: batches, not environment steps
+            inside = self._loops_within(loop)
+            beside = [s for s in trains if s.function is function and s.loop in self._loops_within(parent)
+                      and s.loop not in inside]
+            if not beside:
+                continue
+            events = self._events_of(function, loop, 0)
+            if any(e.kind in (BACKWARD, STEP) for e in events):
+                continue
+            trained = self._trained_models(function)
+            if any(e.kind == FORWARD for e in events) or self._calls_a_model(inside, function, trained):
+                record = StepLoop(loop, "rollout", function, Batches("iterable", getattr(loop, "iter", None)), events)
+                found[loop] = (record, beside[0], parent)
+        return found
+
+    def _under_a_step(self, loop: Loop) -> bool:
+        current: Loop | None = loop
+        while current is not None:
+            if current in self.loops or current in self.micro_of:
+                return True
+            current = self._c.loop_parent.get(current)
+        return False
+
+    def _trained_models(self, function: Function) -> set[str]:
+        """What the optimizers of ``function`` (or of the module's code) train: ``agent`` for
+        ``optim.Adam(agent.parameters(), ...)``."""
+        cache = self.__dict__.setdefault("_trained_cache", {})
+        if function in cache:
+            return cache[function]
+        models: set[str] = set()
+        cache[function] = models
+        for node, (owner, _) in self._c.where.items():
+            if owner is not function and owner is not None or not isinstance(node, cst.Call):
+                continue
+            method = patterns.method_call(node, "parameters", "named_parameters")
+            name = patterns.dotted_name(method.value) if method is not None else None
+            if name is not None:
+                models.add(name)
+        return models
+
+    def _calls_a_model(self, loops: set[Loop], function: Function, models: set[str]) -> bool:
+        """A call in ``loops`` runs one of ``models``: ``actor(obs)``, ``agent.get_action_and_value(obs)``."""
+        for node, (owner, loop) in self._c.where.items():
+            if owner is not function or loop not in loops or not isinstance(node, cst.Call):
+                continue
+            name = patterns.dotted_name(node.func)
+            if name is None:
+                continue
+            if name in models or (name.rsplit(".", 1)[0] in models
+                                  and name.rsplit(".", 1)[1] not in _NOT_A_FORWARD):
+                return True
+        return False
+
+    def rollout_region(self, node: cst.CSTNode) -> Region | None:
+        """The rollout loop (``rollouts``) whose own code runs ``node`` every iteration, as a region of its
+        record; None where a step loop holds it (``region`` answers) or no rollout loop does."""
+        where = self._c.where.get(node)
+        if where is None:
+            return None
+        function, current = where
+        while current is not None:
+            if current in self.loops or current in self.micro_of:
+                return None
+            if current in self.rollouts:
+                return Region(self.rollouts[current][0], (), function)
+            current = self._c.loop_parent.get(current)
         return None
 
     def _region_in(self, step: StepLoop, function: Function) -> Region:
