@@ -597,3 +597,28 @@ def test_the_index_finds_truth_tests_of_tensors_with_evidence(body, found):
     info = _index_module("helpers.py", source.encode())
     got = info.read_helpers.get("check")
     assert (got[0] - 3, got[1]) == found if found else got is None
+
+
+def test_the_index_records_window_helpers_and_device_returning_functions():
+    """XLA312's cross-module summaries (round 9): a helper slicing a parameter at another parameter's offset
+    (TCN's get_batch), and a function whose every return is a tensor it moved (TCN's batchify)."""
+    source = (b"def get_batch(source, i, seq_len):\n"
+              b"    return source[:, i:i + seq_len], source[:, i + 1:i + 1 + seq_len]\n\n\n"
+              b"def fixed(source, n):\n    return source[:, 0:n]\n\n\n"
+              b"def batchify(data, cuda):\n    data = data.view(4, -1)\n    if cuda:\n        data = data.cuda()\n"
+              b"    return data\n\n\n"
+              b"def on_host(data):\n    return data.view(4, -1)\n")
+    info = _index_module("utils.py", source)
+    assert info.offset_slices == {"get_batch": (0, 1, 2, "source[:, i:i + seq_len]")}
+    assert info.device_returns == ("batchify",)
+
+
+def test_a_notebook_sees_the_project_without_changing_the_index(tmp_path):
+    (tmp_path / "metrics.py").write_text("def accuracy(y, p):\n    return (y == p).sum().item()\n")
+    index = build_index(str(tmp_path), [str(tmp_path / "metrics.py")], notebooks=True)
+    code = "from metrics import accuracy\nimport torch\n"
+    with_notebook = index.with_notebook(str(tmp_path / "train.ipynb"), code)
+    assert with_notebook.view(str(tmp_path / "train.ipynb")) is not None
+    assert with_notebook.edges["train.ipynb"] == ("metrics.py",)
+    assert index.view(str(tmp_path / "train.ipynb")) is None and "train.ipynb" not in index.modules
+    assert index.with_notebook("/elsewhere/x.ipynb", code) is index
