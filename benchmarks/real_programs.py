@@ -16,8 +16,8 @@ program hard-codes CUDA, go into a second copy the original runs from and the mi
 2. migrates the copy as a project (``xla-migrate COPY --out OUT --target T [--data-parallel F]``: a tree run,
    whose root is the project) for each target, and the recipe's extra data-parallel forms;
 3. runs ``xla-migrate verify OUT/ENTRY --against ORIGINAL --format json`` on torch_xla (2.9 for ``--target 2.9``,
-   2.6.1 for ``sagemaker``; a sagemaker output that enters torch_xla's ``amp.autocast(device)``, an AMP program's,
-   is not run: 2.6.1 crashes entering it on a CPU device) with ``XLA_METRICS_FILE`` set, so torch_xla itself writes its metrics at every
+   2.6.1 for ``sagemaker``; a sagemaker output that enters torch_xla's ``amp.autocast(device)`` without testing the
+   hardware is not run: 2.6.1 crashes entering it on a CPU device) with ``XLA_METRICS_FILE`` set, so torch_xla itself writes its metrics at every
    step marker; ORIGINAL is a small launcher that runs the original entry in its own folder (its writes never
    land in the output's folder) with the recipe's original-only arguments;
 4. measures from torch_xla's metrics file, independently of verify's loader: compilations after warm-up,
@@ -289,9 +289,11 @@ XLA_AUTOCAST = re.compile(r"\b(?:xla_amp|torch_xla\.amp)\.autocast\(")
 
 
 def enters_xla_autocast(out: Path) -> bool:
-    """Whether a migrated tree calls torch_xla's ``amp.autocast``: even at float32 (an fp32 run of an AMP
-    program), 2.6.1 crashes entering it on a CPU device, where on a TPU it only warns and disables itself."""
-    return any(XLA_AUTOCAST.search(path.read_text(errors="replace")) for path in out.rglob("*.py"))
+    """Whether a migrated tree enters torch_xla's ``amp.autocast`` without testing the hardware first: 2.6.1
+    crashes entering it on a CPU device, even at float32, where on a TPU it only warns. The tool's sagemaker
+    output tests ``xm.xla_device_hw(device) != "CPU"`` on the same line (XLA201), except in a decorator."""
+    return any(XLA_AUTOCAST.search(line) and "xla_device_hw" not in line
+               for path in out.rglob("*.py") for line in path.read_text(errors="replace").splitlines())
 
 
 def run_original(recipe: Recipe, ctx: Context, orig: Path) -> dict:
@@ -356,10 +358,9 @@ def run_variant(recipe: Recipe, ctx: Context, work: Path, orig: Path, original: 
     if original["exit_status"] != 0:
         record["skipped"] = "the original does not run on CPU torch"
         return record
-    if target == "sagemaker" and (recipe.amp or enters_xla_autocast(out)):
-        record["skipped"] = ("AMP program: torch_xla's amp.autocast(device) crashes on a CPU device (2.6.1)"
-                             if recipe.amp else "its output enters torch_xla's amp.autocast(device), which crashes "
-                             "on a CPU device (2.6.1: its XLA:CPU branch never sets up torch.autocast)")
+    if target == "sagemaker" and enters_xla_autocast(out):
+        record["skipped"] = ("its output enters torch_xla's amp.autocast(device) unguarded, which crashes on a CPU "
+                             "device (2.6.1: its XLA:CPU branch never sets up torch.autocast)")
         return record
     metrics_file = work / f"metrics-{slug}.txt"
     metrics_file.unlink(missing_ok=True)

@@ -442,9 +442,14 @@ def test_a_recipes_seed_starts_every_process_of_its_runs_seeded(tmp_path):
 
 def test_a_sagemaker_output_entering_torch_xla_autocast_is_recognised(tmp_path):
     """2.6.1 crashes entering torch_xla's amp.autocast on a CPU device even at float32 (llama2c_ddp's fp32 run):
-    such an output is not run, where torch.autocast (unet's) is."""
+    an output that enters it without testing the hardware is not run, where torch.autocast (unet's) and the
+    tool's guarded form are."""
     (tmp_path / "xla").mkdir()
     (tmp_path / "xla" / "train.py").write_text("ctx = xla_amp.autocast(device, dtype=ptdtype)\n")
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "train.py").write_text("with torch.autocast(device.type, enabled=amp):\n    pass\n")
+    (tmp_path / "guarded").mkdir()
+    (tmp_path / "guarded" / "train.py").write_text(
+        'ctx = xla_amp.autocast(device) if xm.xla_device_hw(device) != "CPU" else contextlib.nullcontext()\n')
     assert rp.enters_xla_autocast(tmp_path / "xla") and not rp.enters_xla_autocast(tmp_path / "plain")
+    assert not rp.enters_xla_autocast(tmp_path / "guarded")  # the tool's own output since XLA201's guard

@@ -33,7 +33,6 @@ def _mentions(notes, *words: str) -> list:
 
 
 @pytest.mark.parametrize("target", ["sagemaker"])
-@known_defect(29, "xla_amp.autocast entered on an XLA:CPU device: torch_xla skips its base __init__ there")
 def test_sagemaker_autocast_is_not_entered_on_a_cpu_xla_device(migrated, target):
     run = migrated("29-xla-amp-autocast-on-xla-cpu-device", target)
     code = run.code["train.py"]

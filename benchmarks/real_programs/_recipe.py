@@ -58,7 +58,7 @@ class Recipe:
     # an unseeded program: every process of its runs starts with torch, random and NumPy seeded with this
     # (REAL_PROGRAMS_SEED, _stubs/sitecustomize.py), so both runs start from the same weights and shuffle order
     seed: int | None = None
-    amp: bool = False  # the tiny run trains under autocast/GradScaler (the sagemaker output is not run on CPU)
+    amp: bool = False  # the tiny run trains under autocast/GradScaler (its losses are compared as bf16 curves)
     forms: tuple[tuple[str, str], ...] = ()  # extra (target, data-parallel form) runs besides each target's default
     timeout: int = 300  # seconds per run
     resume: Resume | None = None

@@ -11,11 +11,15 @@ What it does:
     A device type held in a variable (``device_type = "cuda" if "cuda" in device else "cpu"``, nanoGPT) is
     followed to its definition, which becomes ``"xla"`` so the script's other ``device_type`` checks take the
     XLA branch; a device type the rule cannot trace is reported, not guessed. Other device types (``"cpu"``)
-    are left alone. On the seeds' target, where the device may be the CPU (``device = torch.device("cuda" if
-    use_cuda else "cpu")``, a ``--device`` option), the autocast is taken only on the XLA path:
-    ``xla_amp.autocast(device, ...) if "xla" in str(device) else contextlib.nullcontext()``
+    are left alone. On the seeds' target the autocast is entered only where torch_xla's autocast works: on
+    XLA hardware other than the CPU (``xla_amp.autocast(device, ...) if xm.xla_device_hw(device) != "CPU" else
+    contextlib.nullcontext()``: on PJRT_DEVICE=CPU, where tests and ``verify`` run, torch_xla up to 2.6 skips
+    torch.autocast's setup and entering it raises AttributeError), and, where the device may be the CPU
+    (``device = torch.device("cuda" if use_cuda else "cpu")``, a ``--device`` option), only on the XLA path:
+    ``... if "xla" in str(device) and xm.xla_device_hw(device) != "CPU" else contextlib.nullcontext()``
     (``torch_xla.amp.autocast`` asserts an XLA device even when disabled, and ``torch.autocast("xla")``, which
-    would take either, needs torch 2.1; CUDA autocast did nothing for the CPU path's tensors).
+    would take either, needs torch 2.1; CUDA autocast did nothing for the CPU path's tensors). A decorator
+    keeps the plain call (``nullcontext()`` does not decorate).
 
 Why:
     CUDA autocast does nothing on an XLA device: the model silently runs in float32. torch_xla's autocast
@@ -27,8 +31,8 @@ Example:
         loss = model(x)
 
 Use instead:
-    with xla_amp.autocast(device, enabled=use_amp):            # --target sagemaker
-        loss = model(x)
+    with xla_amp.autocast(device, enabled=use_amp) if xm.xla_device_hw(device) != "CPU" else contextlib.nullcontext():
+        loss = model(x)                                        # --target sagemaker
     with torch.autocast("xla", dtype=torch.bfloat16, enabled=use_amp):   # --target 2.9
         loss = model(x)
 """
@@ -119,9 +123,17 @@ class CudaAutocastToXla(Rule):
 
         user_dtype = self._user_dtype(node, bound) if "dtype" in fixed and ctx.target.autocast_dtype else None
         # torch_xla.amp.autocast asserts an XLA device even when disabled: where the device may be the CPU (the
-        # user's flag), the CPU path gets no autocast, as CUDA autocast did nothing for CPU tensors there.
+        # user's flag), the CPU path gets no autocast, as CUDA autocast did nothing for CPU tensors there. On an
+        # XLA device whose hardware is the CPU (PJRT_DEVICE=CPU: tests, verify) torch_xla (up to 2.6) skips
+        # torch.autocast's setup and entering it raises AttributeError; there it is not entered either (a
+        # decorator keeps the call: nullcontext() does not decorate).
+        may_be_cpu = bool(device) and ctx.device_flow.may_be_cpu_at(node)
+        decorator = isinstance(ctx.parent(node), cst.Decorator)
         cpu_guard = (f"{ctx.local_name('contextlib', 'contextlib')}.nullcontext()"
-                     if device and ctx.device_flow.may_be_cpu_at(node) else "")
+                     if device and (may_be_cpu or not decorator) else "")
+        hardware = (f'{ctx.local_name("torch_xla.core.xla_model", "xm")}.xla_device_hw({device}) != "CPU"'
+                    if cpu_guard and not decorator else "")
+        test = " and ".join(t for t in ((f'"xla" in str({device})' if may_be_cpu else ""), hardware) if t)
 
         def to_xla(updated: cst.Call) -> cst.Call:
             args = []
@@ -136,7 +148,7 @@ class CudaAutocastToXla(Rule):
             call = spelled.with_changes(args=joined([*base, *args]), lpar=updated.lpar, rpar=updated.rpar)
             if not cpu_guard:
                 return call
-            guarded = f"{patterns.code_of(call)} if \"xla\" in str({device}) else {cpu_guard}"
+            guarded = f"{patterns.code_of(call)} if {test} else {cpu_guard}"
             # In a `with` or a decorator it reads alone; elsewhere (``nullcontext() if ... else <it>``) in
             # parentheses.
             alone = isinstance(ctx.parent(node), (cst.WithItem, cst.Decorator))
@@ -156,8 +168,11 @@ class CudaAutocastToXla(Rule):
                 written = patterns.code_of(node.args[bound["dtype"]].value)
                 if not written.endswith(wanted):
                     note = f" (dtype {written} -> {wanted}: the target's AMP dtype)"
-        if cpu_guard:
+        if may_be_cpu:
             note += f" (only where {device} is an XLA device: torch_xla's autocast asserts one, and {device} may be the CPU)"
+        if hardware:
+            note += (" (not on an XLA device whose hardware is the CPU, PJRT_DEVICE=CPU: torch_xla's autocast cannot "
+                     "be entered there)")
         self.replace(node, to_xla, f"{short(node)} -> {short(preview, 80)}{note}")
         for dead in imported_from(ctx, node.func, qualname):
             self.import_may_be_dead(*dead)
