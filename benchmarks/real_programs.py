@@ -17,9 +17,9 @@ program hard-codes CUDA, go into a second copy the original runs from and the mi
    whose root is the project) for each target, and the recipe's extra data-parallel forms;
 3. runs ``xla-migrate verify OUT/ENTRY --against ORIGINAL --format json`` on torch_xla (2.9 for ``--target 2.9``,
    2.6.1 for ``sagemaker``; a sagemaker output that enters torch_xla's ``amp.autocast(device)`` without testing the
-   hardware is not run: 2.6.1 crashes entering it on a CPU device) with ``XLA_METRICS_FILE`` set, so torch_xla itself writes its metrics at every
-   step marker; ORIGINAL is a small launcher that runs the original entry in its own folder (its writes never
-   land in the output's folder) with the recipe's original-only arguments;
+   hardware is not run: 2.6.1 crashes entering it on a CPU device) with ``XLA_METRICS_FILE`` set, so torch_xla
+   itself writes its metrics at every step marker; ORIGINAL is a small launcher that runs the original entry in
+   its own folder (its writes never land in the output's folder) with the recipe's original-only arguments;
 4. measures from torch_xla's metrics file, independently of verify's loader: compilations after warm-up,
    graph executions per step, host reads (``aten::_local_scalar_dense``) per step, ops that fell back to the
    CPU; compares the losses with the original's of step 1, with verify's definitions (fp32 programs: 1e-3 at

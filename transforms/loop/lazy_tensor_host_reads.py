@@ -31,9 +31,10 @@ What it does:
     by a star import) and in the project functions that forward calls (reported in their own file, with the loop
     that runs them: ``in Decoder.forward (run every step by the loop at train.py:12: model(...))``), and a kept
     GradScaler's ``get_scale()``/``state_dict()``, and the reads of a rollout loop that runs the trained model
-    beside the training loop (cleanrl's ppo/pqn: ``for step in range(num_steps): ... envs.step(action.cpu().numpy())``
-    then the update epochs, both in ``for iteration ...``; the model is a forward or what the optimizer trains,
-    ``optim.Adam(agent.parameters())``): every rollout step, with no rewrite, since the environment needs the value. A read repeated by a loop below the step (over the
+    beside the training loop (cleanrl's ppo/pqn: ``for step in range(num_steps): ...
+    envs.step(action.cpu().numpy())`` then the update epochs, both in ``for iteration ...``; the model is a
+    forward or what the optimizer trains, ``optim.Adam(agent.parameters())``): every rollout step, with no
+    rewrite, since the environment needs the value. A read repeated by a loop below the step (over the
     parameters) says so: as many syncs per step. A logging statement XLA310 leaves in place
     (under a ``try`` or ``with`` of the step) is reported with the reason; one that runs right before leaving
     the loop is not (it runs once). After the step's barrier a read of a value is free, but a read of a
