@@ -141,14 +141,54 @@ def test_helper_read_called_from_a_notebook_is_reported(target, tmp_path):
     assert notes, f"findings: { {rel: _show(notes) for rel, notes in run.findings.items()} }"
 
 
-@known_defect(30, "a helper handed to the step function as an argument (accuracy_fn=accuracy_fn) is not followed")
 @pytest.mark.parametrize("target", ["2.9", "sagemaker"])
 def test_helper_passed_as_an_argument_is_reported(target, tmp_path):
     # Found by the lead in the real-programs rerun: mrdbourke_cv still reads at helper_functions.py:109 with no
     # finding after the notebook fix, because its train_step receives accuracy_fn as a parameter.
     run = _tree_run(REVIEW / "30-helper-passed-as-argument-reads-unreported", target, tmp_path)
-    assert [n for n in run.findings["train.py"] if n.code == "XLA311" and n.line == 14], \
+    assert [n for n in run.findings["train.py"] if n.code == "XLA311" and n.line == 14 and "metrics.py:5" in n.message], \
         _show(run.findings["train.py"])
+
+
+_LOCAL_HELPER_PASSED = """\
+import torch
+from torch import nn
+
+
+def accuracy(y_true, y_pred):
+    return torch.eq(y_true, y_pred).sum().item() / len(y_pred)
+
+
+def train_step(model, loader, optimizer, metric, device):
+    seen = []
+    for X, y in loader:
+        X, y = X.to(device), y.to(device)
+        y_pred = model(X)
+        loss = nn.functional.cross_entropy(y_pred, y)
+        seen.append(metric(y, y_pred.argmax(dim=1)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return seen
+
+
+def main():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Linear(8, 3).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = [(torch.randn(4, 8), torch.randint(0, 3, (4,)))]
+    train_step(model, loader, optimizer, accuracy, device)
+"""
+
+
+@BOTH
+def test_helper_of_the_module_passed_under_another_name_is_followed(target):
+    # The same shape within one file, the parameter named apart from the function (metric=accuracy, by position):
+    # the step model resolves the call to ``accuracy`` and its read is the step's: reported at the read, through
+    # the call of the parameter (before: no finding, the step's graph cut at every batch unnoticed).
+    result = migrate(_LOCAL_HELPER_PASSED, target=target)
+    assert [n for n in result.findings if n.code == "XLA311" and n.line == 6 and "metric(...)" in n.message], \
+        _show(result.findings)
 
 
 @pytest.mark.parametrize("target", ["2.9", "sagemaker"])

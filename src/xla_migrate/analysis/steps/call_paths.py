@@ -33,6 +33,11 @@ class CallPaths:
         if isinstance(func, cst.Name):
             scope: Function = function
             while True:
+                if scope is not None and _parameter(scope, func.value) is not None:
+                    # A function handed in as an argument: the one every call site passes, if they agree.
+                    passed = {self._resolve(arg, caller) for arg, caller in self.passed_arguments(scope, func.value)}
+                    if len(passed) == 1 and None not in passed:
+                        return passed.pop()
                 if (scope, func.value) in c.defs:
                     return c.defs[(scope, func.value)]
                 if (scope, func.value) in c.instances:
@@ -126,12 +131,41 @@ class CallPaths:
         project = self.ctx.project
         if project is None or self.callee(call) is not None:
             return None
-        for name in sorted(self.ctx.qualnames(call.func)):
-            found = project.helper_reads(name) or project.helper_reads(name + ".__call__")
-            if found:
-                return found
+        func, function = call.func, self.function_of(call)
+        candidates = [func]
+        if isinstance(func, cst.Name) and function is not None and _parameter(function, func.value) is not None:
+            # A helper handed in as an argument (``train_step(..., accuracy_fn=accuracy_fn)``, issue 30).
+            candidates = [arg for arg, _ in self.passed_arguments(function, func.value)]
+        for candidate in candidates:
+            for name in sorted(self.ctx.qualnames(candidate)):
+                found = project.helper_reads(name) or project.helper_reads(name + ".__call__")
+                if found:
+                    return found
         held = self._held_project_class(call)
         return project.method_reads(*held) if held is not None else None
+
+    def passed_arguments(self, function: cst.FunctionDef, parameter: str) -> list[tuple[cst.BaseExpression, Function]]:
+        """What the module's calls of ``function`` pass for its ``parameter``: (argument expression, the caller's
+        function), by keyword or position (a method's ``self`` skipped), at every call site the model resolves."""
+        key = (function, parameter)
+        if key in self._passed:
+            return self._passed[key]
+        self._passed[key] = []  # a call site inside the function itself, or a cycle, adds nothing
+        found: list[tuple[cst.BaseExpression, Function]] = []
+        position = _parameter(function, parameter)
+        for raw in (r for raws in self._c.raw.values() for r in raws if r.kind in (CALL, FORWARD)):
+            call = raw.node
+            if not isinstance(call, cst.Call) or self.callee(call) is not function:
+                continue
+            shift = 1 if isinstance(call.func, cst.Attribute) and self._c.function_class.get(function) else 0
+            for index, arg in enumerate(call.args):
+                if arg.star:
+                    break
+                if (arg.keyword is not None and arg.keyword.value == parameter) or (
+                        arg.keyword is None and position is not None and index + shift == position):
+                    found.append((arg.value, self.function_of(call)))
+        self._passed[key] = found
+        return found
 
     def _held_project_class(self, call: cst.Call) -> tuple[str, str] | None:
         """(class as this module spells it, method) for ``self.attr.method(...)`` where ``__init__`` bound
@@ -274,3 +308,12 @@ class CallPaths:
                 return raw_loop
             current = parent
         return raw_loop if loop is None else False
+
+
+def _parameter(function: cst.FunctionDef, name: str) -> int | None:
+    """The position of ``function``'s parameter ``name`` (-1 for keyword-only), or None when it has none."""
+    params = function.params
+    for index, param in enumerate([*params.posonly_params, *params.params]):
+        if param.name.value == name:
+            return index
+    return -1 if any(p.name.value == name for p in params.kwonly_params) else None
