@@ -21,7 +21,9 @@ still one process. Then, in this process, with the checks of the test suite (ben
 - does not compile: ``compile()`` of the output (of each code cell of a notebook, IPython lines masked) fails
   where the input compiled;
 - not idempotent: the second migration changes something (or fails);
-- already-XLA changed: the input imports torch_xla and the output differs from it in any way;
+- already-XLA changed: the input imports torch_xla and the output differs from it in any way, except by XLA904
+  alone, whose renames of what the target's torch_xla removed (``xm.xrt_world_size()`` -> ``xr.world_size()`` on
+  2.9) are the point of migrating such code: those files are counted apart ("upgraded") and pass the bar;
 - CUDA left without a finding: CUDA constructs of the output (the scanner of tests/test_cuda_invariant.py)
   with no finding on the input line they came from; the table gives them against the CUDA constructs of the
   inputs;
@@ -66,6 +68,7 @@ DEFAULT_TARGETS = ("sagemaker", "2.9")
 WITHDRAWN_PREFIX = "rewrite withdrawn"
 UNCOVERED_BAR = 0.05  # at most this share of the inputs' CUDA constructs may be left without a finding
 IMPORTS_TORCH_XLA = re.compile(r"^[ \t]*(?:import[ \t]+torch_xla\b|from[ \t]+torch_xla\b)", re.MULTILINE)
+REMOVED_API_RENAMES = {"XLA904"}  # its only changes: names the target's torch_xla removed, renamed
 # Notebook cells: IPython lines (%magic, !shell, x = !cmd, obj?) become `pass` so that a cell compiles.
 IPYTHON_LINE = re.compile(r"^(?P<indent>[ \t]*)(?:[%!]|[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]|\?+[\w.]|[\w.]+\?+\s*$)")
 CELL_FINDING = re.compile(r":cell (?P<cell>\d+):line (?P<line>\d+): (?P<code>[A-Z]+\d+) ")
@@ -90,6 +93,7 @@ class FileResult:
     not_idempotent: str = ""  # the second migration's diff head, or why it failed
     already_xla: bool = False
     xla_changed: bool = False
+    xla_upgraded: bool = False  # already on torch_xla, changed only by the removed-API renames of XLA904
     cuda_in: int = 0
     cuda_out: int = 0
     uncovered: list[str] = field(default_factory=list)
@@ -181,7 +185,9 @@ def migrate_file(cli: str, root: str, rel: str, target: str, timeout: float, kee
         result.withdrawn = [f"line {f.get('line')}: {f.get('message', '')}" for f in findings
                             if str(f.get("message", "")).startswith(WITHDRAWN_PREFIX)]
         result.already_xla = IMPORTS_TORCH_XLA.search(source.decode("utf-8", "replace")) is not None
-        result.xla_changed = result.already_xla and result.changed
+        upgrade_only = bool(result.change_codes) and set(result.change_codes) <= REMOVED_API_RENAMES
+        result.xla_upgraded = result.already_xla and result.changed and upgrade_only
+        result.xla_changed = result.already_xla and result.changed and not upgrade_only
         try:
             _check(result, kind, source, output, findings, stderr)
         except Exception as error:  # a limit of these checks, not of the tool: shown as its own column
@@ -401,6 +407,7 @@ def summarise(results: list[FileResult]) -> dict:
         "not_idempotent": sum(1 for r in results if r.not_idempotent),
         "already_xla": len(xla),
         "already_xla_changed": sum(1 for r in xla if r.xla_changed),
+        "already_xla_upgraded": sum(1 for r in xla if r.xla_upgraded),
         # Of those, the files that only device/torch.cuda rules (XLA1xx) changed: CUDA remnants in XLA code.
         "already_xla_changed_by_xla1xx_only": sum(1 for r in xla if r.xla_changed and r.change_codes
                                                   and all(code.startswith("XLA1") for code in r.change_codes)),
@@ -435,6 +442,7 @@ def table(summaries: dict[str, dict]) -> str:
         ("non-idempotent outputs", lambda s: s["not_idempotent"]),
         ("already-XLA files changed", lambda s: f"{s['already_xla_changed']} of {s['already_xla']}"),
         ("  of them by XLA1xx rules only", lambda s: s.get("already_xla_changed_by_xla1xx_only", 0)),
+        ("  upgraded only (XLA904's removed-API renames)", lambda s: s.get("already_xla_upgraded", 0)),
         ("CUDA constructs in the inputs", lambda s: s["cuda_constructs_in_inputs"]),
         ("  left without a finding (files)", lambda s: f"{s['cuda_left_without_finding']} "
                                                        f"({100 * s['cuda_left_share']:.1f}%, {s['cuda_left_files']})"),

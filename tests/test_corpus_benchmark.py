@@ -50,7 +50,8 @@ if "--check" in args:
         sys.exit(1)
     sys.exit(0)
 open(value("--out"), "w").write(output)
-changes = [{"line": 1, "column": 1, "code": "XLA101", "message": "edited"}] if output != source else []
+code = "XLA904" if "UPGRADE" in source else "XLA101"
+changes = [{"line": 1, "column": 1, "code": code, "message": "edited"}] if output != source else []
 report = {"files": [{"path": value("--in"), "changes": changes, "findings": findings}]}
 open(value("--report"), "w").write(json.dumps(report))
 '''
@@ -63,6 +64,7 @@ CASES = {
     "withdraw.py": "# WITHDRAW\nx = 1\n",
     "undef.py": "# UNDEF\nimport os\nprint(os.sep)\n",
     "already_xla.py": "import torch_xla\nx = 1\n",
+    "upgraded_xla.py": "# UPGRADE\nimport torch_xla\nx = 1\n",
     "cuda_left.py": "import torch\nx = torch.zeros(1).cuda()\n",
     "cuda_covered.py": "# COVERED\nx = torch.zeros(1).cuda()\n",
     "clean.py": "x = 1\n",
@@ -102,12 +104,17 @@ def test_every_kind_of_failure_is_found(fake_run):
     assert [u.split(": ")[1].split(" |")[0] for u in by_name["undef.py"]["new_undefined"]] == ["'os'"]
     assert by_name["already_xla.py"]["already_xla"] and by_name["already_xla.py"]["xla_changed"]
     assert by_name["already_xla.py"]["change_codes"] == {"XLA101": 1}
+    # XLA904 alone renames what the target's torch_xla removed: counted apart, not against the bar.
+    upgraded = by_name["upgraded_xla.py"]
+    assert upgraded["already_xla"] and upgraded["xla_upgraded"] and not upgraded["xla_changed"]
+    assert corpus.FileResult(**upgraded).problems() == []
     assert len(by_name["cuda_left.py"]["uncovered"]) == 1 and by_name["cuda_left.py"]["cuda_in"] == 1
     assert by_name["cuda_covered.py"]["uncovered"] == [] and by_name["cuda_covered.py"]["cuda_in"] == 1
     clean = corpus.FileResult(**by_name["clean.py"])
     assert clean.problems() == [] and clean.status == "ok"
     summary = data["summary"]["2.9"]
     assert summary["already_xla_changed_by_xla1xx_only"] == 1  # the stand-in's only change code is XLA101
+    assert (summary["already_xla"], summary["already_xla_upgraded"]) == (2, 1)
     assert (summary["crashes"], summary["input_errors"], summary["not_compiling"], summary["not_idempotent"],
             summary["withdrawn_edits"], summary["already_xla_changed"], summary["new_undefined_names"],
             summary["cuda_constructs_in_inputs"], summary["cuda_left_without_finding"]) == (1, 1, 1, 1, 1, 1, 1, 2, 1)
@@ -116,7 +123,7 @@ def test_every_kind_of_failure_is_found(fake_run):
 def test_the_table(fake_run):
     _, data, _ = fake_run
     text = corpus.table(data["summary"])
-    assert "already-XLA files changed" in text and "1 of 1" in text
+    assert "already-XLA files changed" in text and "1 of 2" in text
     assert text.splitlines()[-1].split()[-1] == "NO"
 
 
