@@ -14,7 +14,8 @@ from xla_migrate.cli.discovery import Ignorer, index_for
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNABLE = ROOT / "fixtures" / "runnable"
-GRAPH_SHAPES = ["logging_closures", "step_end_and_evals", "module_loops", "padded_batches", "lm_corpus", "tied_gpt"]
+GRAPH_SHAPES = ["logging_closures", "step_end_and_evals", "module_loops", "padded_batches", "lm_corpus", "tied_gpt",
+                "weight_normed"]
 
 
 def run(source: str, target: str = "2.9", **options):

@@ -90,14 +90,20 @@ def test_a_fabric_rank_test_is_no_host_read(target):
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
-def test_weight_norm_is_reported_where_it_takes_the_fused_kernel(target):
+def test_weight_norm_hook_computes_the_weight_with_ops_that_lower(target):
     source = (FIXTURES / "XLA318" / "weight_norm.in.py").read_text()
     result = migrate(source, select=["XLA318"], target=target)
-    assert result.code == source
-    # the legacy and the parametrized forms, under any import name; not dim=None (the unfused path)
-    assert [f.line for f in result.findings] == [9, 10, 13]
-    assert all(f.message.startswith("weight_norm(...): weight norm has no XLA lowering") for f in result.findings)
-    assert all("norm_except_dim" in f.fix for f in result.findings)
+    # the hook API (any import name, not dim=None) gets one assignment after the imports, before the class
+    assert result.code.count(".WeightNorm.compute_weight = ") == 1
+    assert result.code.index("compute_weight") < result.code.index("class TemporalBlock")
+    [change] = [c for c in result.changes if c.code == "XLA318"]
+    assert "line 9" in change.message and "same parameters, state dict and weight" in change.message
+    # the parametrization (a private class of torch) is reported, with the form that lowers
+    assert [f.line for f in result.findings] == [10]
+    assert result.findings[0].message.startswith("weight_norm(...): weight norm has no XLA lowering")
+    assert "norm_except_dim" in result.findings[0].fix
+    # its own output is left as it is
+    assert migrate(result.code, select=["XLA318"], target=target).code == result.code
 
 
 def test_a_function_of_another_name_is_not_weight_norm():

@@ -39,6 +39,7 @@ GRAPH_SCRIPTS = [
     GraphScript("padded_batches", steps=30, codes=("XLA316",)),
     GraphScript("lm_corpus", steps=32, codes=("XLA316",)),
     GraphScript("tied_gpt", steps=20, parameter_count=True, codes=("XLA107", "XLA201")),
+    GraphScript("weight_normed", steps=24, codes=("XLA318",)),
 ]
 BY_NAME = {s.name: s for s in GRAPH_SCRIPTS}
 ALLOWED_COMPILES = 2  # over the hand-written version's
