@@ -168,6 +168,12 @@ class CudaAutocastToXla(Rule):
                 written = patterns.code_of(node.args[bound["dtype"]].value)
                 if not written.endswith(wanted):
                     note = f" (dtype {written} -> {wanted}: the target's AMP dtype)"
+        elif "dtype" not in fixed and "dtype" in bound and not self._bfloat16(node, bound):
+            # sagemaker: torch_xla's autocast keeps a float16 dtype on XLA:GPU (SageMaker's hardware, the seeds'
+            # recipe); on a TPU (up to 2.6) it warns and turns itself off for any dtype but bfloat16 (issue 29).
+            # Without a dtype it picks bfloat16 on a TPU itself.
+            note = (" (float16 as on CUDA: SageMaker's XLA:GPU runs it; on a TPU torch_xla turns a float16 autocast "
+                    "off with a warning and trains in float32: there use --target 2.9, whose AMP is bfloat16)")
         if may_be_cpu:
             note += f" (only where {device} is an XLA device: torch_xla's autocast asserts one, and {device} may be the CPU)"
         if hardware:
@@ -176,6 +182,10 @@ class CudaAutocastToXla(Rule):
         self.replace(node, to_xla, f"{short(node)} -> {short(preview, 80)}{note}")
         for dead in imported_from(ctx, node.func, qualname):
             self.import_may_be_dead(*dead)
+
+    def _bfloat16(self, node: cst.Call, bound: dict[str, int]) -> bool:
+        """The autocast names bfloat16 itself (``dtype=torch.bfloat16``): a TPU runs it as it is."""
+        return "dtype" in bound and "torch.bfloat16" in self.ctx.qualnames(node.args[bound["dtype"]].value)
 
     def _user_dtype(self, node: cst.Call, bound: dict[str, int]):
         """For a ``dtype`` the script chooses (a variable, a config lookup: ``dtype=ptdtype``) or spells as
