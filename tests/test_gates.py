@@ -288,3 +288,24 @@ def test_a_name_bound_only_on_a_left_out_path_is_reported_where_read(target):
         """, target)
     unbound = [f for f in findings if "UnboundLocalError" in f.message]
     assert [f.line for f in unbound] == [7] and "n_gpus" in unbound[0].message
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_a_module_name_bound_only_on_the_cuda_path_is_reported_at_its_read(target):
+    # The corpus's vllm benchmark shape: at module level the gate keeps the `if` (its removal would leave the
+    # name undefined), and XLA never takes it either: the read after it raises NameError there. The report names
+    # the read (before: only the withdrawn fold at the `if`), and not a name bound on the kept path too.
+    _, findings = _code("""
+        import torch
+
+        if torch.cuda.is_available():
+            NUM_GPU = torch.cuda.device_count()
+            print(f"{NUM_GPU} GPUs")
+        if torch.cuda.is_available():
+            SEEN = torch.cuda.device_count()
+        else:
+            SEEN = 0
+        print(NUM_GPU, SEEN)
+        """, target)
+    unbound = [f for f in findings if "NameError" in f.message]
+    assert [f.line for f in unbound] == [11] and "NUM_GPU" in unbound[0].message and "SEEN" not in unbound[0].message

@@ -5,7 +5,7 @@ Kept apart from the decision loop so each module reads on its own; the rule mixe
 from __future__ import annotations
 
 import libcst as cst
-from libcst.metadata.scope_provider import FunctionScope
+from libcst.metadata.scope_provider import FunctionScope, GlobalScope
 
 from xla_migrate.analysis import gates
 from xla_migrate.analysis.facts import MP_SPAWN
@@ -75,7 +75,8 @@ class GateReports:
     def _report_unbound_reads(self, node: cst.BaseExpression, left_out: list[cst.CSTNode]) -> None:
         """A name of a function bound on the left-out path and nowhere before the test (``if
         torch.cuda.is_available(): n_gpus = torch.cuda.device_count()``) but read after it (``range(n_gpus)``):
-        on XLA the read finds it bound only where another branch happens to bind it, else UnboundLocalError."""
+        on XLA the read finds it bound only where another branch happens to bind it, else UnboundLocalError (a
+        module's name: NameError; the gate then keeps the branch, which XLA never takes either)."""
         owner = self.ctx.parent(gates.test_top(node, self.ctx.parent))
         if not isinstance(owner, cst.If) or self.ctx.code_range(owner) is None:
             return
@@ -87,8 +88,9 @@ class GateReports:
         for assign in dropped:
             for target in (t.target for t in assign.targets if isinstance(t.target, cst.Name)):
                 scope = self.ctx.scopes.get(target)
-                if not isinstance(scope, FunctionScope):
+                if not isinstance(scope, (FunctionScope, GlobalScope)):
                     continue
+                error = "UnboundLocalError" if isinstance(scope, FunctionScope) else "NameError"
                 bindings = scope.assignments[target.value]
                 if any(not any(gates.inside(self.ctx.parent, b.node, part) for part in left_out)
                        and self.ctx.position(b.node) < end for b in bindings if hasattr(b, "node")):
@@ -101,7 +103,7 @@ class GateReports:
                 self.finding(reads[0][1], f"{target.value} is bound before this read only on the CUDA path "
                              f"of {short(node)} left out on XLA (line {self.ctx.position(assign)[0]}: "
                              f"`{short(assign)}`) or on a path that may not run: on XLA line {line} may raise "
-                             "UnboundLocalError", f"bind {target.value} before the test with its XLA meaning "
+                             f"{error}", f"bind {target.value} before the test with its XLA meaning "
                              "(1 device per process; xr.world_size() for the number of processes)")
 
     def _report_dropped(self, node: cst.BaseExpression, dropped: list[tuple[cst.CSTNode, str]],
