@@ -84,3 +84,11 @@ def after_leading_imports(body: list[cst.BaseStatement]) -> int:
         elif last is not None or not patterns.is_docstring(body[position]):
             break
     return index if last is None else last + 1
+
+
+def statement_after_imports(module: cst.Module) -> cst.BaseStatement | None:
+    """The module's first statement after its docstring and leading imports, before which a rule inserts what
+    must run once before the code (a setting, the compile cache); None when the module holds only imports."""
+    body = list(module.body)
+    index = after_leading_imports(body)
+    return body[index] if index < len(body) else None

@@ -53,7 +53,7 @@ import libcst as cst
 
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
-from xla_migrate.transforms.common import after_leading_imports
+from xla_migrate.transforms.common import statement_after_imports
 
 CACHE_FOLDER = "~/.cache/xla_compile"
 INITIALIZE_CACHE = "torch_xla.runtime.initialize_cache"
@@ -89,11 +89,10 @@ class PersistentCompileCache(Rule):
                                f"{message}; in the __main__ block: another module imports this file, and a "
                                "second initialize_cache there would raise")
             return
-        body = list(node.body)
-        index = after_leading_imports(body)
-        if index >= len(body):
+        first = statement_after_imports(node)
+        if first is None:
             return
-        self.insert_before(body[index], [statement], message)
+        self.insert_before(first, [statement], message)
 
     def _imported_entry(self) -> bool:
         """A script run on its own (a ``__main__`` block, no launcher: its workers would not run the block) that

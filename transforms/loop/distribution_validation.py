@@ -41,7 +41,7 @@ import libcst as cst
 
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
-from xla_migrate.transforms.common import after_leading_imports
+from xla_migrate.transforms.common import statement_after_imports
 
 _PACKAGE = "torch.distributions."
 # Submodules of torch.distributions whose classes are not distributions (constraints, transforms).
@@ -87,14 +87,13 @@ class DistributionValidationOff(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         if self._built is None or self._set:
             return
-        body = list(original_node.body)
-        index = after_leading_imports(body)
-        if index >= len(body):
+        first = statement_after_imports(original_node)
+        if first is None:
             return
         torch = self.ctx.local_name("torch", "torch")
         code = f"{torch}.distributions.Distribution.{SETTER}(False)"
         line = self.ctx.position(self._built)[0]
         comment = "# torch.distributions' argument checks read the device (a graph execution each): off on XLA."
         statement = self.ctx.statement(code).with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
-        self.insert_before(body[index], [statement],
+        self.insert_before(first, [statement],
                            f"{code}: the step builds a distribution (line {line}); {WHY}")

@@ -43,7 +43,7 @@ import libcst as cst
 
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
-from xla_migrate.transforms.common import after_leading_imports
+from xla_migrate.transforms.common import statement_after_imports
 
 HOOK_API = ("torch.nn.utils.weight_norm", "torch.nn.utils.weight_norm.weight_norm")
 PARAMETRIZATION = "torch.nn.utils.parametrizations.weight_norm"
@@ -95,9 +95,8 @@ class WeightNormCpuFallback(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         if self._hook_call is None or self._patched:
             return
-        body = list(original_node.body)
-        index = after_leading_imports(body)
-        if index >= len(body):
+        first = statement_after_imports(original_node)
+        if first is None:
             return
         torch = self.ctx.local_name("torch", "torch")
         importlib = self.ctx.local_name("importlib", "importlib")
@@ -108,6 +107,6 @@ class WeightNormCpuFallback(Rule):
         statement = cst.parse_statement(code).with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(COMMENT))])
         line = self.ctx.position(self._hook_call)[0]
-        self.insert_before(body[index], [statement],
+        self.insert_before(first, [statement],
                            f"weight_norm's hook computes v * (g / ||v||) with ops that lower (line {line}): {COST}; "
                            "same parameters, state dict and weight")
