@@ -60,6 +60,7 @@ def cyclic_gc_paused(function):
         try:
             return function(*args, **kwargs)
         finally:
+            walk.forget_large()  # the nodes of a large tree, kept for the migration's walks
             if was_enabled:
                 gc.enable()
     return paused

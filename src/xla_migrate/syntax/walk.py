@@ -383,7 +383,14 @@ def _preorder(tree: CSTNode) -> _Preorder:
         nodes.append(item)
         ends.append(0)
         stack.extend(reversed(children(item)))
-    return _Preorder(nodes, ends, dict(zip(nodes, range(len(nodes)))))
+    index = dict(zip(nodes, range(len(nodes)))) if len(nodes) <= _INDEXED_MAX else {}  # see subtree
+    return _Preorder(nodes, ends, index)
+
+
+# The last tree over _INDEXED_MAX nodes asked for, with its nodes (no index: 8 bytes a node). A large file's
+# module is asked for a dozen times a migration (every node of it, by rules and analyses), each walk about
+# a second a megabyte (issue 38). Dropped by ``forget_large`` when a migration ends.
+_large: list[tuple[CSTNode, list[CSTNode]]] = []
 
 
 def subtree(tree: CSTNode) -> list[CSTNode]:
@@ -392,9 +399,21 @@ def subtree(tree: CSTNode) -> list[CSTNode]:
         at = kept.index.get(tree)
         if at is not None:
             return kept.nodes[at:kept.ends[at]]
+    large = tuple(_large)
+    if large and large[0][0] is tree:
+        return list(large[0][1])
     found = _preorder(tree)
     if len(found.nodes) <= _INDEXED_MAX:
         with _lock:
             _preorders.insert(0, found)
             del _preorders[_INDEXED_KEPT:]
+    else:
+        with _lock:
+            _large[:] = [(tree, list(found.nodes))]
     return found.nodes
+
+
+def forget_large() -> None:
+    """Drop the large tree kept by ``subtree`` (the end of a migration: the tree is not kept alive past it)."""
+    with _lock:
+        _large.clear()

@@ -12,10 +12,18 @@ from ...syntax import patterns
 from .kinds import BACKWARD, CALL, FORWARD, READ, STEP, Event, Function, Loop, Region
 
 
+# How many functions handed in as arguments are followed one inside another (``f(g)`` where ``g`` calls its
+# own parameter ...): real scripts need at most 7; files concatenated from hundreds of scripts chained over 200
+# and ran out of Python's stack (issue 38).
+MAX_PASSING_DEPTH = 40
+
+
 class CallPaths:
     """``StepModel``'s call resolution (see the module docstring)."""
 
     MAX_DEPTH = 6  # calls followed from a loop body
+    _passing_depth = 0
+    _call_index: tuple | None = None
 
     # Callees -----------------------------------------------------------------------------------------------
     def callee(self, call: cst.Call) -> cst.FunctionDef | None:
@@ -150,13 +158,17 @@ class CallPaths:
         key = (function, parameter)
         if key in self._passed:
             return self._passed[key]
-        self._passed[key] = []  # a call site inside the function itself, or a cycle, adds nothing
         found: list[tuple[cst.BaseExpression, Function]] = []
+        if self._passing_depth >= MAX_PASSING_DEPTH:
+            return found  # not kept: asked again nearer the top, the question is followed
+        self._passed[key] = []  # a call site inside the function itself, or a cycle, adds nothing
         position = _parameter(function, parameter)
-        for raw in (r for raws in self._c.raw.values() for r in raws if r.kind in (CALL, FORWARD)):
-            call = raw.node
-            if not isinstance(call, cst.Call) or self.callee(call) is not function:
-                continue
+        self._passing_depth += 1
+        try:
+            calls = [call for call in self._calls_that_may_run(function) if self.callee(call) is function]
+        finally:
+            self._passing_depth -= 1
+        for call in calls:
             shift = 1 if isinstance(call.func, cst.Attribute) and self._c.function_class.get(function) else 0
             for index, arg in enumerate(call.args):
                 if arg.star:
@@ -166,6 +178,60 @@ class CallPaths:
                     found.append((arg.value, self.function_of(call)))
         self._passed[key] = found
         return found
+
+    def _calls_that_may_run(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """The module's calls (CALL and FORWARD events, in the model's order) whose callee may be ``function``;
+        the others cannot be, whatever is asked first. ``_resolve`` finds a function by its name (a ``def``,
+        a method, ``obj.name``) or, for a call of a parameter, by what the call sites pass, and what is passed
+        is found the same way: so a call runs ``function`` only if it names it (``name(...)``,
+        ``x.name(...)``), or calls a parameter and ``function``'s name is passed as an argument somewhere
+        (``mp.spawn(name, ...)``), or ``function`` is a ``__call__`` (an object's call). An index built once:
+        scanning every call of the module for every parameter called grew with the square of the module
+        (issue 38)."""
+        if self._call_index is None:
+            calls: list[cst.Call] = []
+            by_name: dict[str, list[int]] = {}
+            parameter_calls: list[int] = []
+            passed: set[str] = set()
+            for raws in self._c.raw.values():
+                for raw in raws:
+                    call = raw.node
+                    if raw.kind not in (CALL, FORWARD) or not isinstance(call, cst.Call):
+                        continue
+                    at = len(calls)
+                    calls.append(call)
+                    func = call.func
+                    if isinstance(func, cst.Name):
+                        by_name.setdefault(func.value, []).append(at)
+                        if self._calls_a_parameter(call, func.value):
+                            parameter_calls.append(at)
+                    elif isinstance(func, cst.Attribute):
+                        by_name.setdefault(func.attr.value, []).append(at)
+                    for arg in call.args:
+                        value = arg.value
+                        if isinstance(value, cst.Name):
+                            passed.add(value.value)
+                        elif isinstance(value, cst.Attribute):
+                            passed.add(value.attr.value)
+            self._call_index = (calls, by_name, parameter_calls, passed)
+        calls, by_name, parameter_calls, passed = self._call_index
+        name = function.name.value
+        if name == "__call__":
+            return calls
+        positions = by_name.get(name, [])
+        if name in passed and parameter_calls:
+            positions = sorted({*positions, *parameter_calls})
+        return [calls[at] for at in positions]
+
+    def _calls_a_parameter(self, call: cst.Call, name: str) -> bool:
+        """Whether ``_resolve`` may take ``name(...)`` for a call of a parameter (of the function holding it, or
+        of one enclosing that)."""
+        scope: Function = self.function_of(call)
+        while scope is not None:
+            if _parameter(scope, name) is not None:
+                return True
+            scope = self._c.function_parent.get(scope)
+        return False
 
     def _held_project_class(self, call: cst.Call) -> tuple[str, str] | None:
         """(class as this module spells it, method) for ``self.attr.method(...)`` where ``__init__`` bound
