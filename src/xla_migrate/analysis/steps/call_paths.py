@@ -41,9 +41,17 @@ class CallPaths:
         if isinstance(func, cst.Name):
             scope: Function = function
             while True:
-                if scope is not None and _parameter(scope, func.value) is not None:
-                    # A function handed in as an argument: the one every call site passes, if they agree.
-                    passed = {self._resolve(arg, caller) for arg, caller in self.passed_arguments(scope, func.value)}
+                key = (scope, func.value)
+                if scope is not None and _parameter(scope, func.value) is not None and key not in self._resolving:
+                    # A function handed in as an argument: the one every call site passes, if they agree. A
+                    # parameter already being resolved (a recursive call passing it on) adds nothing.
+                    self._resolving.add(key)
+                    try:
+                        passed = {self._resolve(arg, caller)
+                                  for arg, caller in self.passed_arguments(scope, func.value)
+                                  if (caller, patterns.code_of(arg)) not in self._resolving}
+                    finally:
+                        self._resolving.discard(key)
                     if len(passed) == 1 and None not in passed:
                         return passed.pop()
                 if (scope, func.value) in c.defs:

@@ -48,6 +48,7 @@ class StepModel(CallPaths, GradientReductions):
         self._effects: dict[cst.FunctionDef, list[Event]] = {}
         self._callees: dict[cst.Call, cst.FunctionDef | None] = {}
         self._instances_by_name: dict[str, set[str]] | None = None
+        self._resolving: set[tuple[Function, str]] = set()
         self._passed: dict[tuple[cst.FunctionDef, str], list[tuple[cst.BaseExpression, Function]]] = {}
         self._called_from_steps: dict[cst.FunctionDef, tuple] | None = None
         self._backward_sites: dict[Function, list[cst.CSTNode]] = {}
