@@ -11,7 +11,14 @@ What it does:
     ``map_location="cpu"``. When the loaded value goes into
     ``load_state_dict`` (directly, or through the name it is assigned to) nothing else is needed: loading
     a state dict copies each tensor onto the device of the parameter it fills. Otherwise a finding says to
-    move the loaded tensors to the device. Applies to every script, distributed or not.
+    move the loaded tensors to the device. The device's string or type (``str(device)``, ``f"{device}"``,
+    ``device.type``) counts as the device. Applies to every script, distributed or not.
+
+    A ``torch.load`` without a ``map_location`` in a migrated script gets ``map_location="cpu"`` too (not in
+    code that already runs on XLA, whose checkpoints ``xm.save`` wrote on the CPU): without one, torch
+    restores each storage onto the device it was saved from, and what a CUDA program saved (its own
+    checkpoints, a published pretrained model) names a CUDA device that an XLA host does not have ("Attempting
+    to deserialize object on a CUDA device but torch.cuda.is_available() is False").
 
 Why:
     There is no CUDA device on XLA, so a CUDA ``map_location`` fails, and ``torch.load`` cannot restore
@@ -64,7 +71,10 @@ class TorchLoadMapLocation(Rule):
         if location is None:
             positional = patterns.positional(node)
             location = positional[1] if len(positional) > 1 else None
-        if location is None or not self._is_cuda(location.value):
+        if location is None:
+            self._map_absent(node)
+            return
+        if not self._is_cuda(location.value):
             return
         new = cst.SimpleString('"cpu"')
         self.replace(location.value, new, f"map_location={short(location.value)} -> \"cpu\" "
@@ -73,10 +83,44 @@ class TorchLoadMapLocation(Rule):
             self.finding(node, f"{short(node)}: the checkpoint now loads on the CPU",
                          "move the loaded tensors to the XLA device (.to(device)) or load them with load_state_dict")
 
+    def _map_absent(self, node: cst.Call) -> None:
+        """``torch.load(f)``: storages go back to the device they were saved from, CUDA's in a CUDA program."""
+        positional = patterns.positional(node)
+        if self.ctx.facts.runs_on_xla or any(arg.star for arg in node.args) or not positional:
+            return
+        at = [i for i, arg in enumerate(node.args) if arg is positional[0]][0] + 1
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        cpu = cst.Arg(keyword=cst.Name("map_location"), value=cst.SimpleString('"cpu"'),
+                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                            whitespace_after=cst.SimpleWhitespace("")))
+
+        def mapped(updated: cst.Call) -> cst.Call:
+            args = list(updated.args)
+            first = args[at - 1]
+            if isinstance(first.comma, cst.Comma):  # the new argument takes the same comma (a line break too)
+                new = cpu.with_changes(comma=first.comma)
+            else:  # the last argument: what followed it (a line break before ")") follows the new one
+                new = cpu.with_changes(whitespace_after_arg=first.whitespace_after_arg)
+                args[at - 1] = first.with_changes(comma=comma, whitespace_after_arg=cst.SimpleWhitespace(""))
+            return updated.with_changes(args=[*args[:at], new, *args[at:]])
+
+        self.replace(node, mapped, f"{short(node)}: map_location=\"cpu\" added (a checkpoint a CUDA run saved "
+                     "names a CUDA device, which an XLA host lacks; load_state_dict or .to(device) puts its "
+                     "tensors on the XLA device)")
+
     def _is_cuda(self, node: cst.BaseExpression, depth: int = 0) -> bool:
         """``node`` names a device that is the XLA device after the migration (or a mapping onto one)."""
         if is_cuda_device_expr(node, self.ctx.qualnames) or is_xla_device_expr(node, self.ctx.qualnames):
             return True
+        # The device's string or type: str(device), f"{device}", device.type ("xla:0" / "xla" on XLA).
+        if (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "str"
+                and len(node.args) == 1 and not node.args[0].star):
+            return self._is_cuda(node.args[0].value, depth)
+        if isinstance(node, cst.FormattedString) and len(node.parts) == 1 and \
+                isinstance(node.parts[0], cst.FormattedStringExpression):
+            return self._is_cuda(node.parts[0].expression, depth)
+        if isinstance(node, cst.Attribute) and node.attr.value == "type":
+            return self._is_cuda(node.value, depth)
         if isinstance(node, cst.Dict):
             return any(isinstance(e, cst.DictElement) and (patterns.is_cuda_string(e.value) or
                                                            patterns.is_cuda_string(e.key)) for e in node.elements)
