@@ -82,6 +82,26 @@ def test_cuda_map_location_becomes_the_cpu(target):
     assert not _unmapped_loads(code) and 'map_location="cpu"' in code, code
 
 
+@BOTH
+@known_defect(29, "torch.load(..., map_location=str(device)): 'xla:0' cannot be restored to")
+def test_map_location_of_the_device_as_a_string_becomes_the_cpu(migrated, target):
+    run = migrated("29-map-location-str-of-device-kept", target)
+    loads = _calls(run.code["caption.py"], "torch.load")
+    locations = [ast.unparse(k.value) for c in loads for k in c.keywords if k.arg == "map_location"]
+    reported = [n for n in run.findings["caption.py"] if n.line == 22 and "map_location" in n.message]
+    assert locations == ["'cpu'"] or reported, f"map_location {locations}; findings: {_show(run.findings['caption.py'])}"
+
+
+@BOTH
+def test_map_location_of_the_device_becomes_the_cpu(target):
+    # The control: the device variable itself (XLA409's documented case) is rewritten.
+    source = (REVIEW / "29-map-location-str-of-device-kept" / "caption.py").read_text()
+    assert "map_location=str(device)" in source
+    code = migrate(source.replace("map_location=str(device)", "map_location=device"), target=target,
+                   path="caption.py").code
+    assert 'torch.load(args.model, map_location="cpu")' in code, code
+
+
 _RUNTIME_PREFIXES = ("xm.", "xr.", "torch_xla.", "dist.", "torch.distributed.")
 _LAUNCHES = ("torch_xla.launch", "xmp.spawn")
 
