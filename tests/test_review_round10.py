@@ -208,6 +208,33 @@ def test_launch_wraps_train_when_it_is_the_only_call(target):
     assert launched is not None and "train" in _called_names(launched), result.code
 
 
+NESTED = "29-launch-nested-in-project-launcher"
+
+
+def _launch_lines(code: str) -> list[str]:
+    return [ast.unparse(c) for c in _calls(code, *_LAUNCHES)]
+
+
+@BOTH
+@known_defect(29, "the entry's __main__ is launched and the project launcher it calls launches again inside")
+def test_one_launch_when_the_project_has_its_own_launcher(migrated, target):
+    run = migrated(NESTED, target)
+    launches = {rel: _launch_lines(code) for rel, code in run.code.items() if _launch_lines(code)}
+    assert len(launches) == 1 and len(next(iter(launches.values()))) == 1, launches
+
+
+@BOTH
+def test_entry_without_a_project_launcher_is_launched_once(target, tmp_path):
+    # The control: the same entry calling main(args) itself (no launcher module) gets one launch in __main__.
+    source = (REVIEW / NESTED / "train.py").read_text()
+    assert "    launch(main, args.num_gpus, args=(args,))\n" in source
+    source = source.replace("    launch(main, args.num_gpus, args=(args,))\n", "    main(args)\n")
+    source = source.replace("from launcher import get_world_size, launch\n", "")
+    source = source.replace("if get_world_size() > 1:", "if torch.distributed.is_initialized():")
+    result = migrate(source, target=target, path="train.py")
+    assert result.error is None and len(_launch_lines(result.code)) == 1, result.code
+
+
 # Severity G (extra work or graph executions per step) -----------------------------------------------------------
 
 SRC_LAYOUT = "28-src-layout-engine-reduced-twice"
