@@ -89,7 +89,8 @@ def test_map_location_of_the_device_as_a_string_becomes_the_cpu(migrated, target
     loads = _calls(run.code["caption.py"], "torch.load")
     locations = [ast.unparse(k.value) for c in loads for k in c.keywords if k.arg == "map_location"]
     reported = [n for n in run.findings["caption.py"] if n.line == 22 and "map_location" in n.message]
-    assert locations == ["'cpu'"] or reported, f"map_location {locations}; findings: {_show(run.findings['caption.py'])}"
+    assert locations == ["'cpu'"] or reported, \
+        f"map_location {locations}; findings: {_show(run.findings['caption.py'])}"
 
 
 @BOTH
