@@ -33,7 +33,6 @@ RECURSIVE = REVIEW / "33-recursive-helper-refused-as-too-deeply-nested" / "train
 
 
 @BOTH
-@known_defect(33, "a recursive helper that passes its function parameter to itself: 'too deeply nested' (f45558b)")
 def test_recursive_helper_with_a_function_parameter_migrates(target):
     result = _migrate_file(RECURSIVE, target)
     assert result.error is None, f"error: {result.error}"
@@ -57,7 +56,6 @@ def _unmapped_loads(code: str) -> list[str]:
 
 
 @BOTH
-@known_defect(29, "torch.load without map_location of a checkpoint written on CUDA: RuntimeError on the TPU host")
 def test_torch_load_without_map_location_loads_on_the_cpu(migrated, target):
     run = migrated("29-torch-load-without-map-location-kept", target)
     unmapped = _unmapped_loads(run.code["train.py"])
@@ -83,7 +81,6 @@ def test_cuda_map_location_becomes_the_cpu(target):
 
 
 @BOTH
-@known_defect(29, "torch.load(..., map_location=str(device)): 'xla:0' cannot be restored to")
 def test_map_location_of_the_device_as_a_string_becomes_the_cpu(migrated, target):
     run = migrated("29-map-location-str-of-device-kept", target)
     loads = _calls(run.code["caption.py"], "torch.load")
