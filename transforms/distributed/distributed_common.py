@@ -207,3 +207,51 @@ def master_guard(ctx: MigrationContext, node: cst.Comparison) -> tuple[str, bool
         if values in ({0}, {-1, 0}):
             return kind, isinstance(op, cst.NotIn)
     return None
+
+
+# Context -> the launcher calls of its module (mp.spawn, xmp.spawn, torch_xla.launch), by the function holding them.
+_LAUNCHES: weakref.WeakKeyDictionary[MigrationContext, dict] = weakref.WeakKeyDictionary()
+
+
+def before_launch(ctx: MigrationContext, node: cst.CSTNode) -> bool:
+    """Code that runs in the launcher's process, before the spawn: at module level (an argparse default in the
+    ``__main__`` block, a global) in a script whose ``__main__`` block launches the workers, or in the function
+    that calls the launcher (``mp.spawn``, ``xmp.spawn``), before that call. Reading the XLA ordinal or world
+    size there, or a rendezvous, starts the runtime before the spawn ("Runtime is already initialized")."""
+    from libcst.metadata import GlobalScope
+
+    launches = _launches(ctx).get(_function_of(ctx, node), [])
+    if any(ctx.position(launch) > ctx.position(node) for launch in launches):
+        return True
+    if ctx.facts.main_guard is None:
+        return False  # a module-level script: its top level is the worker (XLA407 wraps or reports it)
+    return isinstance(ctx.function_scope(node), GlobalScope)
+
+
+def _launches(ctx: MigrationContext) -> dict[cst.FunctionDef | None, list[cst.Call]]:
+    if ctx not in _LAUNCHES:
+        from xla_migrate.analysis.facts import MP_SPAWN
+        from xla_migrate.transforms.distributed.spawn_entry_point import LAUNCHERS
+
+        found: dict[cst.FunctionDef | None, list[cst.Call]] = {}
+        for call in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Call) and bool(
+                ctx.qualnames(n.func) & {*MP_SPAWN, *LAUNCHERS})):
+            found.setdefault(_function_of(ctx, call), []).append(call)
+        _LAUNCHES[ctx] = found
+    return _LAUNCHES[ctx]
+
+
+def _function_of(ctx: MigrationContext, node: cst.CSTNode) -> cst.FunctionDef | None:
+    current = ctx.parent(node)
+    while current is not None and not isinstance(current, cst.FunctionDef):
+        current = ctx.parent(current)
+    return current
+
+
+def launcher_side_inits(ctx: MigrationContext) -> list[cst.Call]:
+    """``init_process_group(...)`` statements that run in the launcher's process, before an XLA launch that the
+    migration writes (the ddp form of a torchrun script under xmp.spawn): the group belongs in each worker."""
+    if not (ctx.ddp_form and ctx.xla_launched):
+        return []
+    return [node for node in patterns.find_all(ctx.module, lambda n: dist_call(ctx, n, "init_process_group") is not None)
+            if before_launch(ctx, node) and isinstance(ctx.parent(node), cst.Expr)]

@@ -59,7 +59,6 @@ class DistributedRanks(Rule):
         common.register(ctx, self.code)
         # Environment reads that are part of a launcher flag this rule rewrites as a whole.
         self._flag_reads: set[cst.CSTNode] = set()
-        self._launch_calls: dict[cst.FunctionDef | None, list[cst.Call]] | None = None
 
     def _read(self, node: cst.BaseExpression) -> None:
         if not self.ctx.xla_launched:
@@ -70,7 +69,7 @@ class DistributedRanks(Rule):
         outer = common.outer_int(self.ctx, node)
         if self._in_master_guard(outer) or self._cuda_device_index(outer) or self._in_device_map(outer):
             return
-        if self._before_launch(node):
+        if common.before_launch(self.ctx, node):
             spelled = self.ctx.target.spelling(concept).template.format(xm="xm", xr="xr")
             self.finding(outer, f"{short(outer)} is read before the launch, in the launcher's process: the XLA "
                          "launcher sets no torchrun variables there, and reading the XLA ordinal there would "
@@ -111,37 +110,6 @@ class DistributedRanks(Rule):
             return isinstance(first, cst.FormattedStringText) and first.value == "cuda:" and len(string.parts) == 2
         return False
 
-    def _before_launch(self, node: cst.CSTNode) -> bool:
-        """A read that runs in the launcher's process, before the spawn: at module level (an argparse default
-        in the ``__main__`` block, a global) in a script whose ``__main__`` block launches the workers, or in
-        the function that calls the launcher (``mp.spawn``, ``xmp.spawn``), before that call."""
-        from libcst.metadata import GlobalScope
-
-        function = self._function_of(node)
-        launches = self._launches().get(function, [])
-        if any(self.ctx.position(launch) > self.ctx.position(node) for launch in launches):
-            return True
-        if self.ctx.facts.main_guard is None:
-            return False  # a module-level script: its top level is the worker (XLA407 wraps or reports it)
-        return isinstance(self.ctx.function_scope(node), GlobalScope)
-
-    def _launches(self) -> dict[cst.FunctionDef | None, list[cst.Call]]:
-        if self._launch_calls is None:
-            from xla_migrate.analysis.facts import MP_SPAWN
-            from xla_migrate.transforms.distributed.spawn_entry_point import LAUNCHERS
-
-            self._launch_calls = {}
-            for call in patterns.find_all(self.ctx.module, lambda n: isinstance(n, cst.Call) and bool(
-                    self.ctx.qualnames(n.func) & {*MP_SPAWN, *LAUNCHERS})):
-                self._launch_calls.setdefault(self._function_of(call), []).append(call)
-        return self._launch_calls
-
-    def _function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        current = self.ctx.parent(node)
-        while current is not None and not isinstance(current, cst.FunctionDef):
-            current = self.ctx.parent(current)
-        return current
-
     def _in_master_guard(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)
         if isinstance(parent, cst.ComparisonTarget):
@@ -175,6 +143,14 @@ class DistributedRanks(Rule):
             return
         if common.master_guard(self.ctx, node) is not None and common.active(self.ctx, "XLA402"):
             return  # os.getenv("RANK", "0") == "0" asks "am I rank 0", not "did torchrun start me" (XLA402)
+        if common.before_launch(self.ctx, node):
+            # In the launcher's process the flag is False under the XLA launcher as written (it sets no torchrun
+            # variables), and asking the world size there would start the runtime before the spawn.
+            self.finding(node, f"{short(node)} is tested before the launch, in the launcher's process: the XLA "
+                         "launcher sets no torchrun variables, so it is False there, and what it guards (a rank, a "
+                         "process group) belongs to each worker", "move this setup into the launched function "
+                         f"(main or _mp_fn), where the flag becomes {self.ctx.spell('world_size')} > 1")
+            return
         if read is not None:
             self._flag_reads.add(read)
         world = self.ctx.spell("world_size")

@@ -116,7 +116,14 @@ class ProcessGroupToXla(Rule):
         if name == "init_process_group":
             self._arguments_from_cuda_count(node)
         if ctx.ddp_form:
-            if name == "init_process_group":
+            if node in common.launcher_side_inits(ctx):
+                self._remove(ctx.parent(node), f"removed {short(node)} from the launcher's process: each XLA "
+                             f"worker initialises the xla process group in {'_mp_fn'} (XLA407), before the entry")
+            elif name == "barrier" and ctx.xla_launched and common.before_launch(ctx, node) and \
+                    isinstance(ctx.parent(node), cst.Expr):
+                self._remove(ctx.parent(node), f"removed {short(node)}: before the launch, in the launcher's "
+                             "process (no process group there; the workers' group starts in _mp_fn)")
+            elif name == "init_process_group":
                 self._on_xla_backend(node)
             return  # the process group stays: helpers and collectives work as written
         if ctx.spmd_form:
@@ -187,6 +194,11 @@ class ProcessGroupToXla(Rule):
                 self.finding(node, f"{short(node)}: its value is used", "remove the process group by hand")
                 return
             self._remove(statement, f"removed {short(node)}: {REMOVED[name]}")
+        elif name == "barrier" and alone and ctx.xla_launched and common.before_launch(ctx, node):
+            # The launcher's process has no process group left and must not start the runtime before the spawn;
+            # the launch itself waits for every worker.
+            self._remove(statement, f"removed {short(node)}: before the launch, in the launcher's process (no "
+                         "process group there; a rendezvous would start the XLA runtime before the spawn)")
         elif name == "barrier":
             new = ctx.spell_expression("rendezvous", '"barrier"')
             self.replace(node, new, f"{short(node)} -> {patterns.code_of(new)}")

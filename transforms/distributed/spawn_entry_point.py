@@ -69,6 +69,7 @@ from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import INIT_PROCESS_GROUP, MP_SPAWN
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
+from xla_migrate.transforms.distributed import distributed_common as common
 
 LAUNCHERS = ("torch_xla.distributed.xla_multiprocessing.spawn", "torch_xla.launch")
 _MP_FN = "_mp_fn"
@@ -322,6 +323,7 @@ class SpawnEntryPoint(Rule):
         mp_fn = patterns.parsed_statement(
             f"def {_MP_FN}({signature}):\n"
             f"    # Called once per XLA worker (index: the worker's ordinal).\n"
+            f"{self._worker_process_group()}"
             f"    {call.func.value}({passed})\n")
         blank = max(0, 2 - self._blank_lines_left(function))
         mp_fn = mp_fn.with_changes(leading_lines=[cst.EmptyLine()] * blank)
@@ -336,6 +338,23 @@ class SpawnEntryPoint(Rule):
             self.replace(call_statement, lambda updated: guarded.with_changes(leading_lines=updated.leading_lines),
                          f"{short(call)} -> {short(launch, 80)} under if __name__ == \"__main__\":")
         return True
+
+    def _worker_process_group(self) -> str:
+        """The xla process group's setup, in ``_mp_fn``, where the script initialised its group before the launch
+        (XLA404 removes it there: the launcher's process would start the runtime, and no worker would have it)."""
+        if not common.launcher_side_inits(self.ctx):
+            return ""
+        from xla_migrate.transforms.distributed.process_group_to_xla import MASTER_PORT, XLA_BACKEND
+
+        ctx = self.ctx
+        ctx.imports.add((XLA_BACKEND, None))
+        lines = []
+        if not ctx.target.torchrun_rendezvous:
+            environ = f"{ctx.local_name('os', 'os')}.environ"
+            lines += [f'{environ}.setdefault("MASTER_ADDR", "localhost")', f'{environ}.setdefault("MASTER_PORT", '
+                      f'"{MASTER_PORT}")']
+        lines.append(f"{ctx.local_name('torch.distributed', 'dist')}.init_process_group({ctx.spell('xla_process_group')})")
+        return "".join(f"    {line}\n" for line in lines)
 
     def _training_lines(self) -> str:
         """``lines N-M`` of the module-level code after the docstring and imports (what ``main()`` wraps)."""
