@@ -806,7 +806,66 @@ def test_the_step_barrier_goes_after_the_steps_collectives(target):
     result = migrate(source.read_text().replace("def train(", "def main():\n    dist.init_process_group('nccl')\n\n\n"
                                                 "def train("), target=target, data_parallel="xm")
     lines = [line.strip() for line in result.code.splitlines()]
-    barrier = lines.index("torch_xla.sync()" if target == "2.9" else "xm.mark_step()")
-    assert lines[barrier - 1] == 'xm.all_reduce("sum", [total])', result.code
-    assert any("xm.all_gather(" in line for line in lines[:barrier]), result.code
-    assert lines[barrier + 1] == "if xm.is_master_ordinal(local=False):", result.code
+    spelled = "torch_xla.sync()" if target == "2.9" else "xm.mark_step()"
+    barriers = [index for index, line in enumerate(lines) if line == spelled]
+    # XLA411's gather runs at a barrier of its own before dst copies its chunks; the step's goes after the reduce.
+    assert len(barriers) == 2, result.code
+    assert lines[barriers[0] - 1].startswith("all_gathered = xm.all_gather("), result.code
+    assert lines[barriers[1] - 1] == 'xm.all_reduce("sum", [total])', result.code
+    assert lines[barriers[1] + 1] == "if xm.is_master_ordinal(local=False):", result.code
+
+
+LOGGING_BRANCH = textwrap.dedent('''\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        model = DDP(torch.nn.Linear(4, 1).cuda())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(6):
+            loss = model(torch.randn(8, 4).cuda()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % 2 == 0:
+                loss_t = loss.detach().clone()
+                dist.all_reduce(loss_t)
+                if rank == 0:
+                    print(step, loss_t.item() / world)
+            if step % 3 == 0:
+                losses = [torch.zeros_like(loss) for _ in range(world)] if rank == 0 else None
+                dist.gather(loss.detach(), losses, dst=0)
+                if rank == 0:
+                    print(torch.stack(losses).tolist())
+
+
+    if __name__ == "__main__":
+        main()
+    ''')
+
+
+@pytest.mark.parametrize("target", ["2.9", "sagemaker"])
+def test_a_collective_in_a_logging_branch_after_the_step_gets_a_barrier_right_after_it(target):
+    """Issue 28: ``if step % k == 0: dist.all_reduce(loss_t); if rank == 0: print(loss_t.item())`` after the
+    step. The step's barrier stays right after the update (one graph per step on the other steps); the
+    collective gets a barrier right after it in its branch, so every replica runs it in one graph on the logging
+    steps (left to the read, rank 0 ran it alone: 2 replicas hung, tests/xla/test_logging_collectives_proof.py).
+    A gather there runs at XLA411's own barrier, then dst copies, then the branch's barrier."""
+    result = migrate(LOGGING_BRANCH, target=target, data_parallel="xm")
+    assert result.error is None
+    spelled = "torch_xla.sync()" if target == "2.9" else "xm.mark_step()"
+    lines = [line.strip() for line in result.code.splitlines()]
+    barriers = [index for index, line in enumerate(lines) if line == spelled]
+    assert len(barriers) == 4, result.code
+    assert lines[barriers[0] - 1] == "xm.optimizer_step(opt)", result.code
+    assert lines[barriers[1] - 1] == 'xm.all_reduce("sum", [loss_t])', result.code
+    assert lines[barriers[1] + 1] == "if xm.is_master_ordinal(local=False):", result.code
+    assert lines[barriers[2] - 1].startswith("all_gathered = xm.all_gather(loss.detach().unsqueeze(0), "
+                                             "pin_layout=False)"), result.code
+    assert lines[barriers[3] - 1] == "gathered_tensor.copy_(chunk)", result.code  # the branch's (XLA302)
+    assert lines[barriers[3] + 1] == "if xm.is_master_ordinal(local=False):", result.code
+    assert not [f for f in result.findings if "collective" in f.message.lower()], result.findings
