@@ -869,3 +869,36 @@ def test_a_collective_in_a_logging_branch_after_the_step_gets_a_barrier_right_af
     assert lines[barriers[3] - 1] == "gathered_tensor.copy_(chunk)", result.code  # the branch's (XLA302)
     assert lines[barriers[3] + 1] == "if xm.is_master_ordinal(local=False):", result.code
     assert not [f for f in result.findings if "collective" in f.message.lower()], result.findings
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_xm_form_guarantee_on_a_trainer_method_that_reads_the_gradients_and_a_seed_through_a_helper(target):
+    """Issue 28 point 1 on two shapes of its list no fixture had: a trainer method (``self._log_grad_norm()``,
+    no argument: it reads ``self.model``'s gradients) between the backward and the clip, and a per-rank seed
+    spelled through a variable and a helper (``seed = args.seed + get_rank()``) before a model built by a helper.
+    In the xm form: each update reduces once, after the backward and before the first read, and the replicas
+    start from ordinal 0's weights (broadcast right after the move, before the optimizer is built)."""
+    trainer = migrate((FIXTURES / "scripts" / "ddp_trainer_grad_norm_log.in.py").read_text(), target=target,
+                      data_parallel="xm")
+    assert trainer.error is None and trainer.unreduced_updates == []
+    lines = [line.strip() for line in trainer.code.splitlines()]
+    step = lines[lines.index("def train_step(self, x, y):"):lines.index("return loss.detach()")]
+    reduce_at = next(i for i, line in enumerate(step) if line.startswith('xm.all_reduce("sum", gradients'))
+    assert step[reduce_at - 3] == "loss.backward()" and step[reduce_at + 1] == "self._log_grad_norm()", step
+    assert step[-1] == "self.optimizer.step()" and sum("all_reduce" in line for line in step) == 1, step
+    init = lines[lines.index("def __init__(self, model, local_rank, lr=0.1, clip=1.0):"):]
+    broadcast = init.index("xm.collective_broadcast([tensor], root_ordinal=0)")
+    assert init[broadcast - 3] == "self.model = model.to(device)", init
+    assert init[broadcast + 1] == "self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)", init
+
+    seeded = migrate((FIXTURES / "scripts" / "ddp_seed_through_helper.in.py").read_text(), target=target,
+                     data_parallel="xm")
+    assert seeded.error is None and seeded.unreduced_updates == []
+    lines = [line.strip() for line in seeded.code.splitlines()]
+    moved = lines.index("model = build_model(args.width).to(device)")
+    assert lines[moved + 3] == "xm.collective_broadcast([tensor], root_ordinal=0)", seeded.code
+    assert lines[moved + 4] == "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)", seeded.code
+    assert [line for line in lines if "optimizer_step(" in line] == ["xm.optimizer_step(optimizer)"]
+    for source in ("ddp_trainer_grad_norm_log", "ddp_seed_through_helper"):  # auto shows the guarantee: xm
+        auto = migrate((FIXTURES / "scripts" / f"{source}.in.py").read_text(), target=target)
+        assert auto.data_parallel == "xm", auto.data_parallel_reason
