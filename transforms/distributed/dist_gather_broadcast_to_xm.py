@@ -210,8 +210,8 @@ class DistGatherBroadcastToXm(Rule):
             call = updated.body[0].value
             gather_list = None if list_index is None else call.args[list_index].value
             comment = "# Kept on every replica: one that drops the all-gather's result never runs it; the others wait."
-            statements = [ctx.statement(f"{result} = {ctx.spell('all_gather')}("
-                                        f"{_unsqueezed(call.args[tensor_index].value)}, pin_layout=False)").with_changes(
+            tensor = _unsqueezed(call.args[tensor_index].value)
+            statements = [ctx.statement(f"{result} = {ctx.spell('all_gather')}({tensor}, pin_layout=False)").with_changes(
                 leading_lines=[*updated.leading_lines, cst.EmptyLine(comment=cst.Comment(comment))]),
                 ctx.statement(barrier)]
             if gather_list is not None:  # with no list this replica only takes part in the collective

@@ -32,7 +32,8 @@ What it does:
     loader: the batch runs one graph, where a barrier at its end ran a second one for the still-pending
     logits. A collective that runs after the step's barrier (in a logging branch: ``if step % log_every == 0:
     dist.all_reduce(loss_t)``, or after a read that stopped the barrier) gets a barrier of its own right after
-    it (past the device work that follows it in its block, up to the first read), on the steps that run it. Never in the methods of an ``nn.Module``, also one whose base class is a project class imported
+    it (past the device work that follows it in its block, up to the first read), on the steps that run it.
+    Never in the methods of an ``nn.Module``, also one whose base class is a project class imported
     from another module (a loop over blocks or decoder steps in ``forward``,
     ``__init__`` building submodules) or in a project module's import-time code: those loops are not steps.
     The process function of an ignite ``Engine(train_step)`` that runs a backward and an update gets the
