@@ -135,6 +135,7 @@ class DistGatherBroadcastToXm(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         common.register(ctx, self.code)
+        self._result_names: set[str] = set()  # the names this module's gathers keep their results in
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -236,12 +237,11 @@ class DistGatherBroadcastToXm(Rule):
         second gather rebinding it would drop the first one's result on the replicas without a list."""
         tensor = node.args[_argument_index(node, 0, "tensor")].value
         base = f"gathered_{tensor.value}" if isinstance(tensor, cst.Name) else "all_gathered"
-        used = self.__dict__.setdefault("_result_names", set())
         name, count = fresh_name(self.ctx, node, base), 1
-        while name in used:
+        while name in self._result_names:
             count += 1
             name = fresh_name(self.ctx, node, f"{base}_{count}")
-        used.add(name)
+        self._result_names.add(name)
         return name
 
 
