@@ -259,3 +259,65 @@ def test_spawned_worker_takes_the_process_group_rank_from_the_runtime(target):
     assert body.count("args.world_size = ") == 1 and body.count("args.rank = ") == 1
     plain = migrate(source.replace('int(os.environ["NODE"]) * args.ngpus', "0"), target=target).code
     assert f"args.rank = {ordinal}" not in plain
+
+
+GATHERS = textwrap.dedent('''\
+    import torch
+    import torch.distributed as dist
+
+
+    def setup():
+        dist.init_process_group("nccl")
+
+
+    def evaluate(model, batches, rank, world):
+        correct = torch.zeros(())
+        for x, y in batches:
+            correct += (model(x).argmax(1) == y).sum()
+        counts = [torch.zeros_like(correct) for _ in range(world)] if rank == 0 else None
+        dist.gather(correct, counts, dst=0)
+        dist.gather(correct * 2, dst=0)
+        if rank == 0:
+            print(sum(c.item() for c in counts))
+
+
+    def train(model, opt, batches, rank, world):
+        for x, y in batches:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses = [torch.zeros_like(loss) for _ in range(world)] if rank == 0 else None
+            dist.gather(loss.detach(), losses, dst=0)
+    ''')
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_a_gather_runs_on_every_replica_at_a_barrier_before_dst_copies(target):
+    """Issue 28 point 1 of the sixteenth session's notes: ``dist.gather`` off dst (no list) became a bare
+    ``xm.all_gather(...)`` whose result was dropped; torch_xla runs at a barrier only what a live tensor needs,
+    so those replicas never ran the collective while dst waited for it (two replicas on PJRT CPU: 4 collectives
+    in dst's step graph, 3 in the other's; tests/xla/test_logging_collectives_proof.py). Every replica now
+    keeps the result in a name of its own and runs it at a barrier before dst copies; the copies get a second
+    barrier unless the step's barrier follows."""
+    barrier = "torch_xla.sync()" if target == "2.9" else "xm.mark_step()"
+    code = migrate(GATHERS, target=target, data_parallel="xm", select=["XLA411", "XLA302"]).code
+    lines = [line.strip() for line in code.splitlines()]
+    evaluate, train = lines[:lines.index("def train(model, opt, batches, rank, world):")], lines[
+        lines.index("def train(model, opt, batches, rank, world):"):]
+    first = evaluate.index("gathered_correct = xm.all_gather(correct.unsqueeze(0), pin_layout=False)")
+    assert evaluate[first + 1:first + 5] == [
+        barrier, "for gathered_tensor, chunk in zip(counts or (), gathered_correct):", "gathered_tensor.copy_(chunk)",
+        barrier], code
+    # The call without a list: the same collective, kept in a second name (rebinding the first would drop it).
+    second = evaluate.index("all_gathered = xm.all_gather((correct * 2).unsqueeze(0), pin_layout=False)")
+    assert evaluate[second + 1] == barrier, code
+    # In a step followed by the step's barrier: no second barrier for dst's copies.
+    gather = train.index("all_gathered_2 = xm.all_gather(loss.detach().unsqueeze(0), pin_layout=False)")
+    assert train[gather + 1:gather + 5] == [barrier, "for gathered_tensor, chunk in zip(losses or (), all_gathered_2):",
+                                            "gathered_tensor.copy_(chunk)", barrier], code
+    assert train.count(barrier) == 2, code
+    # Without XLA302 no step barrier follows: the copies get their own.
+    alone = migrate(GATHERS, target=target, data_parallel="xm", select=["XLA411"]).code
+    assert alone.count(barrier) == 5, alone
+    assert migrate(code, target=target, data_parallel="xm", select=["XLA411", "XLA302"]).code == code

@@ -14,9 +14,23 @@ What it does:
     - ``dist.all_gather_into_tensor(output, input)`` -> ``output.copy_(xm.all_gather(input))``.
     - ``dist.broadcast(tensor, src)`` -> ``xm.collective_broadcast([tensor], root_ordinal=src)`` (in place,
       both targets: torch_xla has it since 1.13).
-    - ``dist.gather(tensor, gather_list, dst)`` -> the same all-gather loop on every replica, over
-      ``gather_list or ()`` (the list is None off ``dst``): ``dst`` reads what the gather gave it; a call
-      without a list becomes the bare ``xm.all_gather(...)`` (the replica only takes part).
+    - ``dist.gather(tensor, gather_list, dst)`` -> on every replica, the all-gather kept in a name, a step
+      barrier, then the copy loop over ``gather_list or ()`` (the list is None off ``dst``), and a second
+      barrier unless the step's own follows before any read::
+
+          gathered_metric = xm.all_gather(metric.unsqueeze(0), pin_layout=False)
+          xm.mark_step()
+          for gathered_tensor, chunk in zip(gathered or (), gathered_metric):
+              gathered_tensor.copy_(chunk)
+          xm.mark_step()
+
+      A call without a list keeps the name and the first barrier (the replica only takes part). torch_xla
+      runs at a barrier only what a live tensor needs: an all-gather whose result a replica drops (the
+      ``zip`` over an empty list) never runs there, while ``dst`` waits for it in its graph (measured: two
+      replicas on PJRT CPU, 4 collectives in dst's step graph, 3 in the other's, the rendezvous times out).
+      The barrier before the copies makes every replica run the same graph, as torch_xla's own xla backend
+      does in its gather (also ``pin_layout=False``: the pinned form pads by the ordinal, a graph that differs
+      per replica).
 
     In the ddp form (the process group kept on the ``xla`` backend) a ``dist.gather`` is reported: that
     backend raises NotImplementedError for it on torch_xla 2.6.1 and runs a ``torch_xla.sync()`` inside it on
@@ -121,6 +135,7 @@ class DistGatherBroadcastToXm(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         common.register(ctx, self.code)
+        self._result_names: set[str] = set()  # the names this module's gathers keep their results in
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -174,34 +189,60 @@ class DistGatherBroadcastToXm(Rule):
 
 
     def _gather(self, node: cst.Call) -> None:
-        """``dist.gather(tensor, gather_list, dst)`` -> every replica all-gathers (an xm collective runs on all of
-        them alike) and copies the chunks into its list: on dst the list torch.distributed filled, elsewhere
-        none (``gather_list`` is None there, so ``or ()``)."""
+        """``dist.gather(tensor, gather_list, dst)`` -> every replica all-gathers into a name of its own, runs it
+        at a barrier, then copies the chunks into its list: on dst the list torch.distributed filled, elsewhere
+        none (``gather_list`` is None there, so ``or ()``). The name keeps the result alive until the barrier
+        on the replicas without a list (torch_xla runs only what a live tensor needs); the barrier before the
+        copies makes every replica run the same graph (dst's copies run after, in a graph with no collective,
+        at a second barrier unless a step barrier follows before any read), as torch_xla's own xla backend
+        does in its gather. ``pin_layout=False`` as there too: the pinned form is an all-reduce over a copy padded
+        by the ordinal, a graph that differs per replica (two replicas on PJRT CPU deadlock in it, measured)."""
         ctx = self.ctx
         line = ctx.parent(ctx.parent(node))
+        result = self._result_name(node)
         target, chunk = fresh_name(ctx, node, "gathered_tensor"), fresh_name(ctx, node, "chunk")
         tensor_index = _argument_index(node, 0, "tensor")
         list_index = next((i for i, a in enumerate(node.args) if (a.keyword is None and i == 1) or (
             a.keyword is not None and a.keyword.value == "gather_list")), None)
+        barrier = ctx.spell("step_barrier")
+        follows = ctx.steps.barrier_follows(line)
 
-        def gathered(updated: cst.SimpleStatementLine) -> cst.BaseStatement:
+        def gathered(updated: cst.SimpleStatementLine) -> cst.FlattenSentinel:
             call = updated.body[0].value
             gather_list = None if list_index is None else call.args[list_index].value
-            gather = f"{ctx.spell('all_gather')}({_unsqueezed(call.args[tensor_index].value)})"
-            if gather_list is None:  # no list on this replica: it only takes part in the collective
-                return patterns.parsed_statement(f"{gather}\n").with_changes(leading_lines=updated.leading_lines)
-            listed = (
-                patterns.code_of(gather_list) if isinstance(gather_list, (cst.List, cst.ListComp))
-                else f"{_receiver(gather_list)} or ()")
-            loop = patterns.parsed_statement(
-                f"for {target}, {chunk} in zip({listed}, {gather}):\n"
-                f"    {target}.copy_({chunk})\n")
-            return loop.with_changes(leading_lines=updated.leading_lines)
+            comment = "# Kept on every replica: one that drops the all-gather's result never runs it; the others wait."
+            tensor = _unsqueezed(call.args[tensor_index].value)
+            statements = [ctx.statement(f"{result} = {ctx.spell('all_gather')}({tensor}, pin_layout=False)").with_changes(
+                leading_lines=[*updated.leading_lines, cst.EmptyLine(comment=cst.Comment(comment))]),
+                ctx.statement(barrier)]
+            if gather_list is not None:  # with no list this replica only takes part in the collective
+                listed = (
+                    patterns.code_of(gather_list) if isinstance(gather_list, (cst.List, cst.ListComp))
+                    else f"{_receiver(gather_list)} or ()")
+                statements.append(patterns.parsed_statement(
+                    f"for {target}, {chunk} in zip({listed}, {result}):\n"
+                    f"    {target}.copy_({chunk})\n"))
+                if not follows:
+                    statements.append(ctx.statement(barrier))
+            return cst.FlattenSentinel(statements)
 
-        self.replace(line, gathered, f"{short(node)} -> {ctx.spell('all_gather')}(...) on every replica, copied into "
-                     "the list where there is one (dst's): torch_xla's xla backend has no gather on 2.6.1 and syncs "
-                     "inside it on 2.9")
+        self.replace(line, gathered, f"{short(node)} -> {ctx.spell('all_gather')}(...) on every replica, kept in "
+                     f"{result} and run at {barrier} (every replica runs the same graph), then copied into the list "
+                     "where there is one (dst's): torch_xla's xla backend has no gather on 2.6.1 and syncs inside "
+                     "it on 2.9")
         common.free_imports(self, node)
+
+    def _result_name(self, node: cst.Call) -> str:
+        """A name for a gather's result, bound nowhere visible and used by no other gather of the module: a
+        second gather rebinding it would drop the first one's result on the replicas without a list."""
+        tensor = node.args[_argument_index(node, 0, "tensor")].value
+        base = f"gathered_{tensor.value}" if isinstance(tensor, cst.Name) else "all_gathered"
+        name, count = fresh_name(self.ctx, node, base), 1
+        while name in self._result_names:
+            count += 1
+            name = fresh_name(self.ctx, node, f"{base}_{count}")
+        self._result_names.add(name)
+        return name
 
 
 def _unsqueezed(tensor: cst.BaseExpression) -> str:

@@ -30,7 +30,10 @@ What it does:
     leaves the loop, saves or evaluates. An evaluation batch whose first read copies a value already
     computed (``losses[k] = loss.item()``) gets the barrier right before that read, also over a device
     loader: the batch runs one graph, where a barrier at its end ran a second one for the still-pending
-    logits. Never in the methods of an ``nn.Module``, also one whose base class is a project class imported
+    logits. A collective that runs after the step's barrier (in a logging branch: ``if step % log_every == 0:
+    dist.all_reduce(loss_t)``, or after a read that stopped the barrier) gets a barrier of its own right after
+    it (past the device work that follows it in its block, up to the first read), on the steps that run it.
+    Never in the methods of an ``nn.Module``, also one whose base class is a project class imported
     from another module (a loop over blocks or decoder steps in ``forward``,
     ``__init__`` building submodules) or in a project module's import-time code: those loops are not steps.
     The process function of an ignite ``Engine(train_step)`` that runs a backward and an update gets the
@@ -116,6 +119,11 @@ class StepBarrier(Rule):
             self.replace(site.statement, append, f"step barrier {what} (one-line block): {barrier}")
             return
         self.insert_after(site.statement, [self.ctx.statement(barrier)], f"step barrier {what}: {barrier}")
+        for after in steps.collective_barriers(step):
+            self.insert_after(after.statement, [self.ctx.statement(barrier)],
+                              f"step barrier after a collective that runs after the step's barrier: {barrier} "
+                              "(every replica runs it in this graph; left to the first read of its result, the "
+                              "replicas that read it would run it without the others)")
 
     def visit_Module(self, node: cst.Module) -> None:
         for repeated in self.ctx.steps.repeated_reads:

@@ -22,7 +22,7 @@ from .kinds import (_ACCUMULATION_NAME, _LOADER_NAME, _TENSOR_CALLEES, BACKWARD,
                     READ, STEP, BarrierSite, Batches, Event, Function, Loop, Region, StepLoop)
 from .reads import is_read_call, mentions, reads
 from .reductions import GradientReductions
-from .step_end import final_sites
+from .step_end import barrier_follows, collective_sites, final_sites
 
 if TYPE_CHECKING:
     from ...engine.context import MigrationContext
@@ -60,6 +60,7 @@ class StepModel(CallPaths, GradientReductions):
         # Loop -> its barrier site once the host-read plan is known (step_end.py); None until first asked.
         self._final_sites: dict[cst.CSTNode, BarrierSite] | None = None
         self._finalizing = False
+        self._collective_sites: dict[cst.CSTNode, list[BarrierSite]] = {}
         self._module_classes = not_steps.module_classes(ctx, collector.classes)
         self._import_time = not_steps.import_time_module(ctx)
         self._classify()
@@ -493,6 +494,27 @@ class StepModel(CallPaths, GradientReductions):
             finally:
                 self._finalizing = False
         return self._final_sites.get(step.loop, step.barrier_site)
+
+    def collective_barriers(self, step: StepLoop) -> list[BarrierSite]:
+        """Where XLA302 adds barriers after the collectives that follow the step's barrier (step_end.py)."""
+        if not self.needs_barrier(step):
+            return []
+        if step.loop not in self._collective_sites:
+            self._collective_sites[step.loop] = collective_sites(self, step)
+        return self._collective_sites[step.loop]
+
+    def barrier_follows(self, statement: cst.CSTNode) -> bool:
+        """Every replica runs ``statement``'s device work at a step barrier that follows it in its block before
+        anything reads a value to the host: XLA302's (the step's or one after a collective) or a device
+        loader's, at the next batch (``statement`` in the loop's body)."""
+        sites: list[tuple[StepLoop, BarrierSite]] = []
+        for step in self.loops.values():
+            if self.needs_barrier(step) and self.ctx.runs("XLA302"):
+                site = self.end_of_step(step)
+                sites += [(step, s) for s in ([site] if site is not None else []) + self.collective_barriers(step)]
+            elif self.iterates_device_loader(step) and isinstance(step.loop.body, cst.IndentedBlock):
+                sites.append((step, BarrierSite(step.loop.body.body[-1], step.loop.body, False)))
+        return barrier_follows(self, statement, sites)
 
     def needs_barrier(self, step: StepLoop) -> bool:
         if (self.ctx.facts.uses_accelerate or step.has_barrier or step.barrier_site is None

@@ -224,15 +224,105 @@ def _after_step_work(model: StepModel, step: StepLoop, site: BarrierSite) -> Bar
     statements = list(block.body)
     if site.statement not in statements:
         return None
-    looker = _Looker(model, step)
-    last = statements.index(site.statement)
+    return BarrierSite(statements[_extended(_Looker(model, step), statements, statements.index(site.statement))],
+                       block, True)
+
+
+def _extended(looker: _Looker, statements: list[cst.CSTNode], last: int) -> int:
+    """The index of the last statement of the step's device work that follows ``statements[last]``."""
     for index in range(last + 1, len(statements)):
         statement = statements[index]
         if looker.stops(statement):
             break
         if looker.device_work(statement):
             last = index
-    return BarrierSite(statements[last], block, True)
+    return last
+
+
+# Training: collectives after the barrier ---------------------------------------------------------------------
+
+
+def collective_sites(model: StepModel, step: StepLoop) -> list[BarrierSite]:
+    """Barriers after the collectives that run after a training step's barrier (issue 28): in a branch
+    (``if step % log_every == 0: dist.all_reduce(loss_t)``) or after a read that stopped the barrier. Left to
+    itself such a collective runs at the first host read of its result: where only some replicas read it
+    (``if rank == 0: print(loss_t.item())``) they run it in a graph of their own and the others in their next
+    step's graph, and the replicas never meet (see COLLECTIVES). A barrier right after it (past the device work
+    that follows it in its block, up to the first read) makes every replica run it in one graph, on the steps
+    that run the branch only; the read then copies its value. A collective in an inner loop that reads nothing
+    gets the barrier after that loop. Only for loops that XLA302 gives a barrier."""
+    site = model.end_of_step(step)
+    if step.kind != "train" or site is None or not site.after_update or not isinstance(site.block, cst.IndentedBlock):
+        return []
+    ctx = model.ctx
+    looker = _Looker(model, step)
+    found: list[BarrierSite] = []
+    covered: set[cst.CSTNode] = set()
+    for statement in _following(ctx, step, site):
+        for call in patterns.find_all(statement, lambda n: isinstance(n, cst.Call)):
+            if not ctx.qualnames(call.func) & COLLECTIVES:  # type: ignore[attr-defined]
+                continue
+            anchor = _anchor(ctx, looker, call, step.loop)
+            block = ctx.parent(anchor)
+            if anchor is None or anchor in covered or not isinstance(block, cst.IndentedBlock) or looker.reads(anchor):
+                continue
+            statements = list(block.body)
+            first = statements.index(anchor)
+            last = _extended(looker, statements, first)
+            covered.update(statements[first:last + 1])
+            found.append(BarrierSite(statements[last], block, True))
+    return found
+
+
+def _following(ctx, step: StepLoop, site: BarrierSite) -> list[cst.CSTNode]:
+    """The statements of the loop body that run after the site: after it in its block, then after each
+    enclosing statement up to the loop body."""
+    found: list[cst.CSTNode] = []
+    statement, block = site.statement, site.block
+    while isinstance(block, cst.IndentedBlock):
+        statements = list(block.body)
+        found.extend(statements[statements.index(statement) + 1:])
+        if block is step.loop.body:
+            break
+        statement = ctx.parent(block)
+        while statement is not None and not isinstance(ctx.parent(statement), cst.IndentedBlock):
+            statement = ctx.parent(statement)  # an ``else``/``except`` clause: up to its statement
+        if statement is None:
+            break
+        block = ctx.parent(statement)
+    return found
+
+
+def _anchor(ctx, looker: _Looker, call: cst.Call, loop: cst.CSTNode) -> cst.CSTNode | None:
+    """The statement after which a barrier runs ``call``: its own statement, or the inner loop holding it
+    when that loop reads nothing."""
+    node: cst.CSTNode | None = call
+    while node is not None and not isinstance(ctx.parent(node), cst.IndentedBlock):
+        node = ctx.parent(node)
+    while node is not None:
+        owner = ctx.parent(ctx.parent(node))
+        if owner is loop or not isinstance(owner, (cst.For, cst.While)) or looker.reads(owner):
+            return node
+        node = owner
+    return None
+
+
+def barrier_follows(model: StepModel, statement: cst.CSTNode, sites: list[tuple[StepLoop, BarrierSite]]) -> bool:
+    """A barrier of ``sites`` ends ``statement``'s block after it, and nothing between reads a value to the
+    host or leaves the block."""
+    block = model.ctx.parent(statement)
+    for step, site in sites:
+        if site.block is not block or not isinstance(block, cst.IndentedBlock):
+            continue
+        statements = list(block.body)
+        if statement not in statements or site.statement not in statements:
+            continue
+        start, end = statements.index(statement), statements.index(site.statement)
+        looker = _Looker(model, step)
+        if start <= end and not any(looker.reads(s) or patterns.find_all(s, lambda n: isinstance(n, _LEAVES))
+                                    for s in statements[start + 1:end + 1]):
+            return True
+    return False
 
 
 # Evaluation: before the first read -------------------------------------------------------------------------
