@@ -208,6 +208,18 @@ def test_xla107_reports_a_move_of_a_model_received_with_its_optimizer():
     assert [(f.line, "receives with its optimizer" in f.message) for f in result.findings] == [(6, True)]
 
 
+def test_xla107_reports_a_model_a_method_receives_with_its_optimizer_and_moves_inside_an_expression():
+    # Issue 28's shape: load_train_objs() builds the optimizer from the CPU model, Trainer.__init__ moves the model
+    # inside DDP(...) (``self.model = DDP(model.to(gpu_id), ...)``): the optimizer steps the old CPU parameters.
+    source = ("import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n\nclass Trainer:\n"
+              "    def __init__(self, model, optimizer, gpu_id):\n"
+              "        self.model = DDP(model.to(gpu_id), device_ids=[gpu_id])\n        self.optimizer = optimizer\n\n\n"
+              "class Evaluator:\n    def __init__(self, model, gpu_id):\n        self.model = model.to(gpu_id)\n")
+    result = migrate(source, select=["XLA107"])
+    assert [(f.line, "`Trainer.__init__` receives with its optimizer" in f.message) for f in result.findings] == \
+        [(7, True)], result.findings
+
+
 def test_xla107_moves_each_caller_s_model_before_its_optimizer_or_reports():
     # Every caller in this module builds the optimizer from the model it passes: each model moves first, and
     # the move in the function stays (a no-op). One caller passing something else: nothing moves, it is reported.

@@ -89,6 +89,11 @@ def _related(optimized: str, moved: str) -> bool:
     return optimized == moved or optimized.startswith(moved + ".")
 
 
+def _parameter_names(function: cst.FunctionDef) -> list[str]:
+    params = function.params
+    return [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+
+
 def _keyed_by_string(value: cst.BaseExpression) -> bool:
     """``checkpoint["optimizer"]`` (or a tuple of such reads): an object read out of a mapping by name."""
     values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
@@ -125,6 +130,9 @@ class OptimizerBeforeDeviceMove(Rule):
         # Calls by a plain name (``train_and_test(model, ..., optimizer)``), for the callers of a function that
         # moves the model it receives with its optimizer.
         self._calls: dict[str, list[cst.Call]] = {}
+        # Per scope: moves of a parameter inside an expression (``self.model = DDP(model.to(rank))``), which only
+        # the report of a model received with its optimizer reads (nothing can go before the caller's optimizer).
+        self._parameter_moves: dict[object, list[_Site]] = {}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1 or not _keyed_by_string(node.value):
@@ -148,7 +156,22 @@ class OptimizerBeforeDeviceMove(Rule):
         if model is not None:
             self._moves.setdefault(self.ctx.function_scope(node), []).append(
                 _Site(model, self.ctx.position(node)[0], node))
+        else:
+            self._note_parameter_move(node)
         self._note_made(node)
+
+    def _note_parameter_move(self, node: cst.Call) -> None:
+        """``model.to(device)`` / ``model.cuda()`` inside an expression, of a name the function receives."""
+        method = patterns.method_call(node, "cuda", "to")
+        if method is None or not isinstance(method.value, cst.Name):
+            return
+        if method.attr.value == "to" and not self._names_a_device(node):
+            return
+        scope = self.ctx.function_scope(node)
+        function = getattr(scope, "node", None)
+        if isinstance(function, cst.FunctionDef) and method.value.value in _parameter_names(function):
+            self._parameter_moves.setdefault(scope, []).append(
+                _Site(method.value.value, self.ctx.position(node)[0], node))
 
     def _note_made(self, node: cst.Call) -> None:
         """``model = GPT(config)`` / ``model = GPT(config).to(device)``: what ``model`` holds, for its ties."""
@@ -210,6 +233,9 @@ class OptimizerBeforeDeviceMove(Rule):
         return None
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        for scope, moves in self._parameter_moves.items():
+            for move in moves[:1]:
+                self._report_optimizer_argument(scope, move)
         for scope, moves in self._moves.items():
             for move in moves:
                 made = self._made.get((scope, move.model))
@@ -359,8 +385,7 @@ class OptimizerBeforeDeviceMove(Rule):
         function = getattr(scope, "node", None)
         if not isinstance(function, cst.FunctionDef) or self._optimizers.get(scope):
             return
-        names = [p.name.value for p in (*function.params.posonly_params, *function.params.params,
-                                        *function.params.kwonly_params)]
+        names = _parameter_names(function)
         if move.model not in names:
             return
         optimizers = [name for name in names if is_optimizer_name(name)]
@@ -371,9 +396,11 @@ class OptimizerBeforeDeviceMove(Rule):
                 optimizer_callers.every_caller_moved_first(project.index, project.rel, self.ctx.module.code,
                                                            function.name.value, names, move.model, optimizers[0]):
             return  # each caller's model was on the device before its optimizer: this move is a no-op
+        owner = self.ctx.parent(self.ctx.parent(function))
+        where = f"{owner.name.value}.{function.name.value}" if isinstance(owner, cst.ClassDef) else function.name.value
         self.finding(
             move.node,
-            f"`{short(move.node)}` moves a model that `{function.name.value}` receives with its optimizer "
+            f"`{short(move.node)}` moves a model that `{where}` receives with its optimizer "
             f"`{optimizers[0]}`: the caller built the optimizer before this move, so on XLA it keeps the old "
             "CPU parameters and the model does not train",
             f"move the model to the device where it is made, before its optimizer is built (and keep this "
