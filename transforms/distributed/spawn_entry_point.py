@@ -284,11 +284,18 @@ class SpawnEntryPoint(Rule):
         guard = ctx.facts.main_guard
         call_statement, call = None, None
         if guard is not None and isinstance(guard.body, cst.IndentedBlock):
-            for statement in guard.body.body:
-                call = self._entry_call(statement)
-                if call is not None:
-                    call_statement = statement
-                    break
+            candidates = [(s, c) for s in guard.body.body if (c := self._entry_call(s)) is not None]
+            chosen = self._program_call(candidates)
+            if chosen is None and candidates:
+                names = ", ".join(dict.fromkeys(c.func.value for _, c in candidates))
+                self.finding(guard, f"the __main__ block calls several functions of the script ({names}) and the "
+                             "first does not run the training: no single entry function to launch on each XLA "
+                             "worker (it runs as it is on one XLA device)",
+                             f"move the block's code into def main():, add def {_MP_FN}(index): main() and launch "
+                             f"it under if __name__ == \"__main__\": with {self._spelled_launch('()')}")
+                return False
+            if chosen is not None:
+                call_statement, call = chosen
         else:
             for statement in ctx.module.body:
                 call = self._entry_call(statement)
@@ -378,6 +385,21 @@ class SpawnEntryPoint(Rule):
                 break
             count += sum(1 for line in statement.leading_lines if line.comment is None)
         return count
+
+    def _program_call(self, candidates: list[tuple[cst.BaseStatement, cst.Call]]) -> tuple | None:
+        """Which call of the ``__main__`` block is the program to launch: one named main, the only call of a
+        function of the script, or the first when it is the one that runs the training; else none (stylegan2's
+        block calls accumulate(g_ema, generator, 0) before train(...): launching the first would train nowhere)."""
+        named = [pair for pair in candidates if pair[1].func.value == "main"]
+        if named or len(candidates) <= 1:
+            return (named or candidates or [None])[0]
+        from xla_migrate.analysis.steps.kinds import STEP
+
+        def trains(call: cst.Call) -> bool:
+            function = self._functions[call.func.value]
+            return any(event.kind == STEP for event in self.ctx.steps.effects(function))
+
+        return candidates[0] if trains(candidates[0][1]) else None
 
     def _entry_call(self, statement: cst.BaseStatement) -> cst.Call | None:
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
