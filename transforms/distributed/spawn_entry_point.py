@@ -112,6 +112,8 @@ class SpawnEntryPoint(Rule):
             return
         elif ctx.ddp_form and not ctx.xla_launched:
             return  # the ddp form keeps the launcher: torchrun starts the workers, xla:// finds them
+        elif self._launched_elsewhere():
+            return
         elif not self._entry_point():
             return
         self._device_at_import()
@@ -385,6 +387,22 @@ class SpawnEntryPoint(Rule):
                 break
             count += sum(1 for line in statement.leading_lines if line.comment is None)
         return count
+
+    def _launched_elsewhere(self) -> bool:
+        """A module the entry imports launches the workers itself (detectron2's engine.launch, whose
+        mp.start_processes becomes the XLA launch): one launch per program, so the entry is left as it is and
+        the report says which launch starts the workers."""
+        project = self.ctx.project
+        launchers = project.index.imported_launchers(project.rel) if project is not None else []
+        guard = self.ctx.facts.main_guard
+        if not launchers or guard is None:
+            return False
+        self.finding(guard, f"not launched here: {', '.join(launchers)} (imported by this program) launches the "
+                     "workers itself, and that launch becomes the XLA launch; launching this entry too would start "
+                     "a launch inside each worker (\"Runtime is already initialized\")",
+                     "keep one launch: the project's launcher starts a process per XLA device (its process count "
+                     "argument, a GPU count, should be the XLA device count or ignored)")
+        return True
 
     def _program_call(self, candidates: list[tuple[cst.BaseStatement, cst.Call]]) -> tuple | None:
         """Which call of the ``__main__`` block is the program to launch: one named main, the only call of a

@@ -144,6 +144,12 @@ class ProjectIndex:
         roots = self._closure([rel], lambda current: self.importers(current))
         return sorted(self._closure(sorted(roots), lambda current: self.edges.get(current, ())))
 
+    def imported_launchers(self, rel: str) -> list[str]:
+        """The modules ``rel`` imports (directly or not) that launch workers themselves (``mp.spawn``,
+        ``mp.start_processes``: detectron2's engine.launch): such a program has its launch already."""
+        imported = self._closure([rel], lambda current: self.edges.get(current, ())) - {rel}
+        return sorted(other for other in imported if self.modules[other].launcher)
+
     def _closure(self, start: list[str], step) -> set[str]:
         seen, todo = set(start), list(start)
         while todo:
