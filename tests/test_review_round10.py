@@ -255,7 +255,6 @@ SRC_LAYOUT = "28-src-layout-engine-reduced-twice"
 
 
 @BOTH
-@known_defect(28, "src/ layout: the engine imported as trainpkg.engine gets xm.optimizer_step beside the entry's DDP")
 def test_engine_of_a_src_layout_package_keeps_ddp_step(migrated, target):
     run = migrated(SRC_LAYOUT, target)
     main, engine = run.code["src/trainpkg/main.py"], run.code["src/trainpkg/engine.py"]

@@ -165,9 +165,11 @@ class ProjectIndex:
 
     def resolve(self, importer: str, dotted: str) -> str | None:
         """The project file a dotted module name imported by ``importer`` names (a sibling first, then from
-        the root), or None for a module outside the project."""
+        the root, then from a top-level ``src/`` folder: the src layout, whose packages are installed and
+        imported without it, open_clip's ``open_clip_train``), or None for a module outside the project."""
         folder = str(Path(importer).parent.as_posix())
         candidates = [dotted] if folder in ("", ".") else [f"{folder.replace('/', '.')}.{dotted}", dotted]
+        candidates.append(f"src.{dotted}")
         for candidate in candidates:
             if candidate in self.by_name:
                 return self.by_name[candidate]
