@@ -536,6 +536,9 @@ def run_plain(python: str, script: str | os.PathLike, args: list[str] | tuple = 
 
     base = {k: v for k, v in (os.environ if env is None else env).items()
             if not k.startswith(("XLA_MIGRATE_VERIFY_", "PJRT_", "PT_XLA_", "XLA_REPLICA_PROBE_"))}
+    # transformers and accelerate pick torch_xla's device whenever torch_xla is installed; the original runs
+    # on plain CPU torch.
+    base.setdefault("USE_TORCH_XLA", "0")
     if pythonpath is None:
         pythonpath = [entry for entry in base.get("PYTHONPATH", "").split(os.pathsep) if entry]
     pattern = re.compile(loss_regex or DEFAULT_LOSS_REGEX, re.MULTILINE)
