@@ -74,7 +74,7 @@ def test_mp_spawn_becomes_one_spmd_program():
     assert main_block[6].strip() == "worker(0, world_size)"
     assert "DistributedSampler(dataset, num_replicas=xr.process_count(), rank=xr.process_index())" in code
     assert ('pl.MpDeviceLoader(loader, device, input_sharding=xs.ShardingSpec(xs.get_global_mesh(), '
-            '("data", None)))') in code
+            '("data", None), minibatch=True))') in code
     assert "optimizer.step()" in code and 'xm.rendezvous("barrier")' in code
     assert "if xr.process_index() == 0:" in code
     # The user's own collective between replicas has no SPMD meaning: reported, not rewritten.

@@ -66,7 +66,7 @@ def test_the_migration_is_one_spmd_program(name):
     main_block = code[code.index('if __name__ == "__main__":'):]
     assert main_block.splitlines()[1].strip() == "xr.use_spmd()", main_block
     assert 'xs.Mesh(np.arange(num_devices), (num_devices,), ("data",))' in main_block
-    assert 'input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None))' in code
+    assert 'input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None), minibatch=True)' in code
     assert "num_replicas=xr.process_count(), rank=xr.process_index()" in code
     assert "if xr.process_index() == 0:" in code
     assert ("fsdpv2.SpmdFullyShardedDataParallel(model, mesh=" in code) == (name in FSDPV2)
