@@ -64,7 +64,7 @@ def test_the_helper_collectives_get_their_spmd_meaning():
     assert 'xm.rendezvous("barrier")' in code
     assert "return xr.process_index() if xr.process_count() > 1 else 0" in code
     assert "num_replicas=xr.process_count(), rank=xr.process_index()" in code
-    assert 'input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None))' in code
+    assert 'input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None), minibatch=True)' in code
     main_block = code[code.index('if __name__ == "__main__":'):]
     assert main_block.splitlines()[1].strip() == "xr.use_spmd()", main_block
 

@@ -1,8 +1,9 @@
 """Proof tier, the spmd form (issue 31; DESIGN.md section 9): torchrun scripts migrated with ``--data-parallel
 spmd`` run as ONE program on 4 PJRT CPU devices (``CPU_NUM_DEVICES=4``), no launcher, and train like the
 original: a DDP script (fixtures/runnable/ddp_spmd.py), an FSDP1 script (fsdp_spmd.py, whose wrap becomes
-FSDPv2, SpmdFullyShardedDataParallel) and an FSDP2 script (fsdp2_spmd.py: fully_shard per block and on the root,
-which become one FSDPv2 wrap of the root).
+FSDPv2, SpmdFullyShardedDataParallel), an FSDP1 script with an auto-wrap policy (fsdp1_autowrap_spmd.py:
+transformer_auto_wrap_policy on each Block, kept, from torch_xla.distributed.fsdp.wrap) and an FSDP2 script
+(fsdp2_spmd.py: fully_shard per block and on the root, which become one FSDPv2 wrap of the root).
 
 The original runs with plain torch (gloo) at world size 1: its loader's batch of 32 rows is the whole global
 batch (torch FSDP1 needs an accelerator, so the FSDP1 script's CPU fallback trains the plain model: what FSDP
@@ -25,8 +26,8 @@ import xla_proof as xp
 
 pytestmark = pytest.mark.xla
 
-SCRIPTS = ["ddp_spmd", "fsdp_spmd", "fsdp2_spmd"]
-FSDPV2 = {"fsdp_spmd", "fsdp2_spmd"}  # the scripts whose model becomes FSDPv2
+SCRIPTS = ["ddp_spmd", "fsdp_spmd", "fsdp1_autowrap_spmd", "fsdp2_spmd"]
+FSDPV2 = {"fsdp_spmd", "fsdp1_autowrap_spmd", "fsdp2_spmd"}  # the scripts whose model becomes FSDPv2
 DEVICES = 4
 STEPS = 15  # 480 rows / 32 a batch (drop_last)
 TOLERANCE = 1e-4
@@ -66,7 +67,7 @@ def test_the_migration_is_one_spmd_program(name):
     main_block = code[code.index('if __name__ == "__main__":'):]
     assert main_block.splitlines()[1].strip() == "xr.use_spmd()", main_block
     assert 'xs.Mesh(np.arange(num_devices), (num_devices,), ("data",))' in main_block
-    assert 'input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None))' in code
+    assert 'input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None), minibatch=True)' in code
     assert "num_replicas=xr.process_count(), rank=xr.process_index()" in code
     assert "if xr.process_index() == 0:" in code
     assert ("fsdpv2.SpmdFullyShardedDataParallel(model, mesh=" in code) == (name in FSDPV2)
@@ -113,6 +114,9 @@ def test_the_batch_and_the_fsdpv2_parameters_are_sharded(name):
     if name not in FSDPV2:
         assert params == []
         return
+    if name == "fsdp1_autowrap_spmd":  # each Block's wrap (auto_wrap_policy), then the root's, which holds all
+        assert len(params) == 2 + 2 + 4, rows
+        params = params[-4:]
     assert len(params) == 4, rows  # two Linear layers: weights and biases
     for _, shape, spec in params:
         # FSDPv2 shards every parameter over the "fsdp" axis: one dimension split 4 ways ([4,1], [1,4] or [4]).

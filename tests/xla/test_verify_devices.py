@@ -62,9 +62,17 @@ def test_the_spmd_script_on_four_devices_is_clean_and_trains_like_the_original_o
     code, report, stderr = verify(str(migrated_script(name)), "--against", str(original), "--devices", str(DEVICES))
     assert (code, report["verdict"]["status"]) == (0, "clean"), (report["verdict"]["line"], stderr)
     # Data parallel: every device holds the whole model; FSDPv2: every parameter split over the devices.
-    layout = {"sharded": PARAMETERS, "replicated": 0} if name == "fsdp2_spmd" else {
-        "sharded": 0, "replicated": PARAMETERS}
-    assert report["spmd"] == {"requested_devices": DEVICES, "devices": DEVICES, "parameters": layout}
+    layout = {"sharded": PARAMETERS, "replicated": 0, "whole": []} if name == "fsdp2_spmd" else {
+        "sharded": 0, "replicated": PARAMETERS, "whole": []}
+    spmd = dict(report["spmd"])
+    gathers = spmd.pop("all_gathers")
+    assert spmd == {"requested_devices": DEVICES, "devices": DEVICES, "parameters": layout}
+    # The step graph's all-gathers (compiled HLO): none in data parallel; FSDPv2 gathers its 4 parameters
+    # (and one more small tensor; measured: 5, f32[12,24] among them).
+    if name == "fsdp2_spmd":
+        assert gathers["per_step"] >= 4 and "f32[12,24]" in gathers["shapes"], gathers
+    else:
+        assert gathers == {"per_step": 0, "shapes": []}, gathers
     assert report["device"] == "CPU" and report["run"]["processes"] == 1  # one program, no launcher
     assert report["compilations"]["after_warmup"] == 0
     assert report["executions"]["per_step"] == 1.0
@@ -82,8 +90,25 @@ def test_a_script_that_never_turns_spmd_on_is_a_problem():
     code, report, _ = verify(str(script), "--devices", str(DEVICES))
     assert code == 1 and report["verdict"]["status"] == "slowdown", report["verdict"]["line"]
     assert {p["kind"] for p in report["verdict"]["problems"]} == {"spmd"}
-    assert report["spmd"] == {"requested_devices": DEVICES, "devices": 0, "parameters": None}
+    assert {k: v for k, v in report["spmd"].items() if k != "all_gathers"} == {
+        "requested_devices": DEVICES, "devices": 0, "parameters": None}
     assert "never turned SPMD on" in report["verdict"]["line"]
+
+
+def test_a_stray_annotation_is_named_whole_parameters_and_an_all_gather_per_step():
+    # fixtures/verify/spmd_sharded_weight.py: data parallel, but the first Linear's weight sharded on "data".
+    script = xp.ROOT / "fixtures" / "verify" / "spmd_sharded_weight.py"
+    code, report, stderr = verify(str(script), "--devices", str(DEVICES))
+    assert code == 0, (report["verdict"]["line"], stderr)  # results stay right: the layout is reported, not failed
+    assert report["spmd"]["parameters"] == {"sharded": 12 * 24, "replicated": PARAMETERS - 12 * 24,
+                                            "whole": ["0.bias [24]", "2.weight [3, 24]", "2.bias [3]"]}
+    assert report["spmd"]["all_gathers"] == {"per_step": 1, "shapes": ["f32[12,24]"]}
+    assert report["executions"]["per_step"] == 1.0 and report["compilations"]["after_warmup"] == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "PT_XLA_", "CPU_NUM_DEVICES"))}
+    text = subprocess.run([str(CLI), "verify", str(script), "--python", str(xp.require_env("current")), "--devices",
+                           str(DEVICES)], capture_output=True, text=True, cwd=xp.ROOT, env=env, timeout=900).stdout
+    assert "whole beside split ones (a wrap missed them, or an annotation replicated them): 0.bias [24]" in text
+    assert "all-gathers per step in the step graph: 1: f32[12,24] (in a data-parallel program" in text
 
 
 @pytest.mark.parametrize("options", [("--devices", "0"), ("--devices", "4", "--device", "auto")])

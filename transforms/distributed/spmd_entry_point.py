@@ -6,7 +6,8 @@ What it does:
     - The ``__main__`` block starts with ``xr.use_spmd()`` and a mesh over every device of the host, set as
       the global mesh (``xs.set_global_mesh(xs.Mesh(np.arange(num_devices), (num_devices,), ("data",)))``
       with ``num_devices = xr.global_runtime_device_count()``); the device loaders (XLA301) shard each batch
-      on its ``"data"`` axis (``input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None))``).
+      on its ``"data"`` axis (``input_sharding=xs.ShardingSpec(xs.get_global_mesh(), ("data", None),
+      minibatch=True)``: each host's loader holds its part of the global batch).
       torchrun's processes become one process per host: no launcher, the entry is called as written.
     - ``mp.spawn(worker, args=(a, b), nprocs=n)`` becomes ``worker(0, a, b)`` (one process, index 0), with
       the same setup before it.

@@ -15,9 +15,14 @@ What it does:
     with ``n = xr.global_runtime_device_count()``: the same devices in the same order as the ``"data"`` mesh
     the loader shards the batch on (XLA414), so the batch is sharded on ``"fsdp"``. The options FSDPv2
     derives or has no use for go (``device_id``, ``use_orig_params``, ``sync_module_states``,
-    ``process_group``, ``limit_all_gathers``, ``forward_prefetch``, ``backward_prefetch``); a wrap with any
-    other option (``auto_wrap_policy``, ``mixed_precision``, ``sharding_strategy``, ``cpu_offload``,
-    ``param_init_fn``...) is reported, not rewritten.
+    ``process_group``, ``limit_all_gathers``, ``forward_prefetch``, ``backward_prefetch``).
+    ``auto_wrap_policy=`` is kept when the script's policies are torch's ``transformer_auto_wrap_policy``,
+    ``size_based_auto_wrap_policy`` or ``lambda_auto_wrap_policy`` (imported by name from
+    ``torch.distributed.fsdp.wrap``): that import becomes ``torch_xla.distributed.fsdp.wrap``'s, whose
+    policies FSDPv2's recursive wrap calls (torch's take ``nonwrapped_numel=``, it passes
+    ``unwrapped_params=``). A wrap with any other option (another policy such as ``ModuleWrapPolicy``,
+    ``mixed_precision``, ``sharding_strategy``, ``cpu_offload``, ``param_init_fn``...) is reported, not
+    rewritten.
 
     FSDP2 ``fully_shard`` in the spmd form: the root call (the last one outside a loop, on a name or an
     attribute: ``fully_shard(model)``) becomes ``model = fsdpv2.SpmdFullyShardedDataParallel(model, mesh=...)``
@@ -70,6 +75,11 @@ _WRAPPERS = {"FullyShardedDataParallel": "FSDP1", "fully_shard": "FSDP2"}
 # FSDP1 options FSDPv2 derives (the device, the process group: the mesh) or has no use for.
 DROPPED = ("device_id", "use_orig_params", "sync_module_states", "process_group", "limit_all_gathers",
            "forward_prefetch", "backward_prefetch")
+# torch's auto-wrap policy functions whose torch_xla twins (torch_xla.distributed.fsdp.wrap, the same names and
+# options) FSDPv2's recursive wrap calls: it passes unwrapped_params= where torch's take nonwrapped_numel=.
+_TORCH_WRAP = "torch.distributed.fsdp.wrap"
+_XLA_WRAP = "torch_xla.distributed.fsdp.wrap"
+POLICIES = ("transformer_auto_wrap_policy", "size_based_auto_wrap_policy", "lambda_auto_wrap_policy")
 
 
 def fsdp_call(names: frozenset[str] | set[str]) -> str | None:
@@ -93,6 +103,18 @@ class TorchFsdp(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._fully_shards: list[tuple[cst.Call, frozenset[str]]] = []
+        self._policy_imports = [node for node in ctx.module.body if isinstance(node, cst.SimpleStatementLine)
+                                for node in node.body if isinstance(node, cst.ImportFrom)
+                                and patterns.code_of(node.module or cst.Name("")) == _TORCH_WRAP]
+        self._policies_move = False
+
+    def _policies_map(self) -> bool:
+        """Every import from torch.distributed.fsdp.wrap names only policy functions torch_xla has too (a
+        module-level ``from ... import``): the policy then moves with its import."""
+        return bool(self._policy_imports) and all(
+            not isinstance(node.names, cst.ImportStar) and all(
+                isinstance(alias.name, cst.Name) and alias.name.value in POLICIES for alias in node.names)
+            for node in self._policy_imports)
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.ctx.qualnames(node.func)
@@ -144,6 +166,11 @@ class TorchFsdp(Rule):
         positional = patterns.positional(node)
         module = positional[:1] or [a for a in node.args if a.keyword and a.keyword.value == "module"]
         others = [a for a in node.args if a not in module]
+        policy = [a for a in others if not a.star and a.keyword and a.keyword.value == "auto_wrap_policy"]
+        if policy and self._policies_map():
+            others = [a for a in others if a not in policy]
+        else:
+            policy = []
         if not module or len(positional) > 1 or any(a.star or a.keyword.value not in DROPPED for a in others):
             kept = [patterns.code_of(a.keyword) if a.keyword else patterns.code_of(a.value)
                     for a in others if a.star or a.keyword is None or a.keyword.value not in DROPPED]
@@ -157,12 +184,27 @@ class TorchFsdp(Rule):
         new = patterns.parsed_expression(self.ctx.spell("spmd_fsdp", "HOLE", self.ctx.spell("device_count")))
         assert isinstance(new, cst.Call)
 
+        kept_policy = [node.args.index(a) for a in policy]
+
         def fsdpv2(updated: cst.Call) -> cst.Call:
             first = new.args[0].with_changes(value=updated.args[index].value)
-            return new.with_changes(args=[first, *new.args[1:]], lpar=updated.lpar, rpar=updated.rpar)
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            rest = [*new.args[1:], *[updated.args[i].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                     for i in kept_policy]]
+            args = [first, *rest]
+            args = [a.with_changes(comma=comma) for a in args[:-1]] + [args[-1].with_changes(
+                comma=cst.MaybeSentinel.DEFAULT)]
+            return new.with_changes(args=args, lpar=updated.lpar, rpar=updated.rpar)
 
+        if policy and not self._policies_move:
+            self._policies_move = True
+            for node_import in self._policy_imports:
+                self.replace(node_import.module, patterns.parsed_expression(_XLA_WRAP),
+                             f"{_TORCH_WRAP} -> {_XLA_WRAP}: FSDPv2's auto-wrap calls torch_xla's policies "
+                             "(torch's take nonwrapped_numel=, FSDPv2 passes unwrapped_params=)")
         dropped = [a.keyword.value for a in others]
         note = f" ({', '.join(dropped)} dropped: the mesh decides)" if dropped else ""
+        note += ", auto_wrap_policy kept" if policy else ""
         self.replace(node, fsdpv2, f"{short(node)} -> FSDPv2 (SpmdFullyShardedDataParallel) over a "
                      f"(\"fsdp\", \"model\") mesh of every device{note}")
         for module_name, name in imported_from(self.ctx, node.func, sorted(names)[0]):

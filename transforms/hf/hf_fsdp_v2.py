@@ -9,7 +9,12 @@ What it does:
     ``("fsdp", "tensor")`` mesh of every device and shards each batch on ``"fsdp"`` itself. An ``fsdp_config``
     that is not a dict literal (a JSON file's path, a variable) or a script with no ``__main__`` block is
     reported, not rewritten; so are ``activation_checkpointing`` (FSDPv2's is ``"xla_fsdp_grad_ckpt": True``)
-    and ``fp16=True`` (XLA601 reports it).
+    and ``fp16=True`` (XLA601 reports it). ``average_tokens_across_devices=False`` is added when the call does not
+    set it: by default (transformers 4.57.1) the Trainer gathers each step's token count over the processes
+    with accelerate, whose gather marks a step: two graph executions per step instead of one (measured on
+    4 CPU devices), for a count that under SPMD (one process, the global batch) is already global. A
+    ``transformer_layer_cls_to_wrap`` naming ``GPT2Block`` is reported: the Trainer's FSDPv2 cannot shard
+    GPT-2's output (ValueError at the first forward, transformers 4.57.1).
 
     In the other forms a Trainer with ``fsdp=`` is reported: its torch FSDP does not run on XLA devices; set
     ``"xla": True`` in ``fsdp_config`` (torch_xla's XlaFullyShardedDataParallel) or migrate with
@@ -21,13 +26,13 @@ Why:
     with ``"xla_fsdp_v2"`` too, which needs SPMD turned on before the model reaches the device.
 
 Example:
-    args = TrainingArguments(output_dir="out", fsdp="full_shard", fsdp_config={"transformer_layer_cls_to_wrap": ["GPT2Block"]})
+    args = TrainingArguments(output_dir="out", fsdp="full_shard", fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})
 
     if __name__ == "__main__":
         main()
 
 Use instead:
-    args = TrainingArguments(output_dir="out", fsdp="full_shard", fsdp_config={"transformer_layer_cls_to_wrap": ["GPT2Block"], "xla": True, "xla_fsdp_v2": True})
+    args = TrainingArguments(output_dir="out", fsdp="full_shard", average_tokens_across_devices=False, fsdp_config={"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"], "xla": True, "xla_fsdp_v2": True})
 
     if __name__ == "__main__":
         xr.use_spmd()
@@ -44,6 +49,7 @@ from xla_migrate.transforms.common import short
 from xla_migrate.transforms.hf import hf_common
 
 _XLA_KEYS = ("xla", "xla_fsdp_v2")
+_AVERAGE_TOKENS = "average_tokens_across_devices"
 
 
 class HfFsdpV2(Rule):
@@ -88,18 +94,32 @@ class HfFsdpV2(Rule):
                 key = patterns.string_value(element.key) if isinstance(element, cst.DictElement) else None
                 if key is not None:
                     present[key] = element
+        blocks = present.get("transformer_layer_cls_to_wrap")
+        if blocks is not None and "GPT2Block" in {patterns.string_value(e.value) for e in getattr(
+                blocks.value, "elements", ())}:
+            self.finding(blocks, "GPT-2: the Trainer's FSDPv2 shards the model's output only when it is a tensor, a "
+                         "tuple or CausalLMOutputWithPast, and GPT2LMHeadModel returns CausalLMOutputWithCrossAttentions "
+                         "(transformers 4.57.1: ValueError at the first forward)",
+                         "pass return_dict=False to the model's config (a tuple) or use a model that returns "
+                         "CausalLMOutputWithPast (Llama, Mistral, Qwen2...)")
         if "activation_checkpointing" in present:
             self.finding(present["activation_checkpointing"], "activation_checkpointing is torch FSDP's key",
                          'use "xla_fsdp_grad_ckpt": True (FSDPv2\'s gradient checkpointing)')
         missing = [key for key in _XLA_KEYS if key not in present]
         self._converted = True
-        if not missing:
+        fsdp = patterns.keyword(node, "fsdp")
+        assert fsdp is not None
+        # The token count's gather: one process under SPMD, whose batch is already the global one.
+        gather_off = patterns.keyword(node, _AVERAGE_TOKENS) is None
+        if not missing and not gather_off:
             return
         added = [cst.DictElement(cst.SimpleString(f'"{key}"'), cst.Name("True")) for key in missing]
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        message = (f"{short(node.func)}(...): fsdp_config gets " + ", ".join(f'"{key}": True' for key in missing)
-                   + " (the Trainer's XLA FSDPv2)")
-        if config is not None:
+        keys = "fsdp_config gets " + ", ".join(f'"{key}": True' for key in missing) + " (the Trainer's XLA FSDPv2)"
+        gather = (f"{_AVERAGE_TOKENS}=False (its gather of the token count is a graph cut, one more execution "
+                  "per step, and under SPMD the count is already global; transformers 4.57.1 measured: drop it "
+                  "on a release that lacks the argument)")
+        if config is not None and missing:
             # The dict, not the call: XLA601 edits the call (optim=), and edits inside it are kept.
             def with_xla(updated: cst.Dict) -> cst.Dict:
                 elements = list(updated.elements)
@@ -108,21 +128,29 @@ class HfFsdpV2(Rule):
                 return updated.with_changes(elements=[*elements, *[e.with_changes(comma=comma) for e in added[:-1]],
                                                       added[-1]])
 
-            self.replace(config.value, with_xla, message)
+            self.replace(config.value, with_xla, f"{short(node.func)}(...): {keys}")
+        new_config = added if config is None else []  # the dict keys, as a new fsdp_config argument
+        if not new_config and not gather_off:
             return
-        fsdp = patterns.keyword(node, "fsdp")
-        assert fsdp is not None
+        said = " and ".join([*([keys] if new_config else []), *([gather] if gather_off else [])])
 
-        def with_config(updated: cst.Arg) -> cst.FlattenSentinel:
-            # fsdp=... followed by fsdp_config={...}: the new argument takes the fsdp argument's comma.
-            new = cst.Arg(value=cst.Dict([*[e.with_changes(comma=comma) for e in added[:-1]], added[-1]]),
-                          keyword=cst.Name("fsdp_config"), equal=fsdp.equal, comma=updated.comma,
-                          whitespace_after_arg=updated.whitespace_after_arg)
+        def with_arguments(updated: cst.Arg) -> cst.FlattenSentinel:
+            # fsdp=... followed by fsdp_config={...} and average_tokens_across_devices=False: the last new
+            # argument takes the fsdp argument's comma.
+            new = []
+            if new_config:
+                new.append(cst.Arg(value=cst.Dict([*[e.with_changes(comma=comma) for e in new_config[:-1]],
+                                                   new_config[-1]]),
+                                   keyword=cst.Name("fsdp_config"), equal=fsdp.equal))
+            if gather_off:
+                new.append(cst.Arg(value=cst.Name("False"), keyword=cst.Name(_AVERAGE_TOKENS), equal=fsdp.equal))
+            new = [arg.with_changes(comma=comma) for arg in new[:-1]] + [
+                new[-1].with_changes(comma=updated.comma, whitespace_after_arg=updated.whitespace_after_arg)]
             separator = updated.comma if isinstance(updated.comma, cst.Comma) else comma
             return cst.FlattenSentinel([updated.with_changes(comma=separator,
-                                                             whitespace_after_arg=cst.SimpleWhitespace("")), new])
+                                                             whitespace_after_arg=cst.SimpleWhitespace("")), *new])
 
-        self.replace(fsdp, with_config, message)
+        self.replace(fsdp, with_arguments, f"{short(node.func)}(...): {said}")
 
     def leave_Module(self, original_node: cst.Module) -> None:
         if not self._converted or self._has_setup:

@@ -6,7 +6,7 @@ What it does:
     the script has no ``_mp_fn`` yet. Trainer scripts and ``no_trainer`` (own loop) scripts alike. An HF
     training script without such a ``main()`` is reported. Scripts that import no HF library are left to
     the general distributed entry-point rule (XLA407 spawn-entry-point), which skips HF scripts: the two
-    never both apply.
+    never both apply. Not in the ``--data-parallel spmd`` form: one process per host runs the script as it is.
 
 Why:
     The seeds: for distributed training the SageMaker/XLA runtime (and ``xla_spawn.py``) imports the script
@@ -66,7 +66,8 @@ class HfMpFnEntryPoint(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         facts = self.ctx.facts
-        if not facts.is_hf_script or "_mp_fn" in facts.global_names:
+        # The spmd form is one process per host that runs the script as it is: no launcher calls _mp_fn.
+        if self.ctx.data_parallel == "spmd" or not facts.is_hf_script or "_mp_fn" in facts.global_names:
             return
         main = facts.main_function
         if main is None or _required_params(main):

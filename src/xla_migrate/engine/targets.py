@@ -219,9 +219,11 @@ _CURRENT = {
     "device_count": Spelling("{xr}.global_runtime_device_count()", since=(2, 1)),
     "spmd_data_mesh": Spelling('{xs}.set_global_mesh({xs}.Mesh({np}.arange({0}), ({0},), ("data",)))',
                                since=(2, 3)),
+    # minibatch=True: each host's loader holds its part of the global batch (the sampler splits the data over
+    # the hosts, xr.process_count()); on one host that part is the whole batch (measured: the same losses).
     "spmd_device_loader": Spelling(
-        '{pl}.MpDeviceLoader({0}, {1}, input_sharding={xs}.ShardingSpec({xs}.get_global_mesh(), ("data", None)))',
-        since=(2, 3)),
+        '{pl}.MpDeviceLoader({0}, {1}, input_sharding={xs}.ShardingSpec({xs}.get_global_mesh(), ("data", None), '
+        'minibatch=True))', since=(2, 3)),
     # FSDPv2: the parameters sharded over the same devices, in the same order, as the "data" mesh (so the
     # batch sharded on "data" is sharded on "fsdp" too).
     "spmd_fsdp": Spelling('{fsdpv2}.SpmdFullyShardedDataParallel({0}, mesh={xs}.Mesh({np}.arange({1}), ({1}, 1), '

@@ -206,7 +206,8 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
 
 def _sharding(optimizer) -> dict | None:
     """Under SPMD, the parameter elements an optimizer steps that are split over devices and those every device
-    holds whole (replicated, or no annotation): verify --devices. None when SPMD is off."""
+    holds whole (replicated, or no annotation): verify --devices. None when SPMD is off. When some are split
+    (FSDPv2, an annotated weight) the whole ones are named too: a wrap missed them."""
     try:
         import torch_xla
         import torch_xla.runtime as xr
@@ -214,6 +215,7 @@ def _sharding(optimizer) -> dict | None:
         if not xr.is_spmd():
             return None
         counts = {"sharded": 0, "replicated": 0}
+        whole = []
         for group in optimizer.param_groups:
             for param in group["params"]:
                 if param.device.type != "xla":
@@ -221,9 +223,35 @@ def _sharding(optimizer) -> dict | None:
                 spec = torch_xla._XLAC._get_xla_sharding_spec(param)
                 split = spec.startswith("{devices=") and "last_tile_dim_replicate" not in spec
                 counts["sharded" if split else "replicated"] += param.numel()
+                if not split:
+                    whole.append(param)
+        counts["whole"] = _names(whole) if counts["sharded"] and whole else []
         return counts
     except Exception:  # only informative: never break the user's run for it
         return None
+
+
+WHOLE_NAMED = 8
+
+
+def _names(params) -> list[str]:
+    """`name [shape]` of the first parameters, named as the largest module holding each names it (the root, not
+    a block); `[shape]` alone for one no module holds."""
+    import gc
+
+    import torch
+
+    wanted = {id(p): p for p in params[:WHOLE_NAMED]}
+    modules = [o for o in gc.get_objects() if isinstance(o, torch.nn.Module)]
+    modules.sort(key=lambda m: sum(1 for _ in m.parameters()), reverse=True)
+    names = {}
+    for module in modules:
+        for name, param in module.named_parameters():
+            if id(param) in wanted and id(param) not in names:
+                names[id(param)] = name.replace("_orig_module.", "")
+        if len(names) == len(wanted):
+            break
+    return [f"{names[key]} {list(p.shape)}" if key in names else str(list(p.shape)) for key, p in wanted.items()]
 
 
 def _wrap_gate(name: str, function):

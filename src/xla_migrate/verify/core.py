@@ -191,8 +191,10 @@ def _check_spmd(report: Report, observation: Observation, devices: int) -> None:
         if event.get("event") == "optimizer" and event.get("sharding") is not None:
             latest[(event["optimizer"], event.get("where", ""))] = event["sharding"]
     parameters = {"sharded": sum(s["sharded"] for s in latest.values()),
-                  "replicated": sum(s["replicated"] for s in latest.values())} if latest else None
-    report.spmd = {"requested_devices": devices, "devices": spanned, "parameters": parameters}
+                  "replicated": sum(s["replicated"] for s in latest.values()),
+                  "whole": [name for s in latest.values() for name in s.get("whole", [])]} if latest else None
+    report.spmd = {"requested_devices": devices, "devices": spanned, "parameters": parameters,
+                   "all_gathers": observation.all_gathers}
     if spanned == 0:
         report.problems.append(Problem("spmd", f"the script never turned SPMD on (xr.use_spmd()): one of the "
                                        f"{devices} devices did all the work; migrate with --data-parallel spmd"))
@@ -476,7 +478,8 @@ def verify(script: str, args=(), *, against: str | None = None, against_args=Non
     xla_env = None if devices is None else {**os.environ, "CPU_NUM_DEVICES": str(devices)}
     before = None if against is None else list_folder(os.getcwd())
     observation = observe(interpreter.path, script, args, device=device, steps=steps, timeout=timeout,
-                          pythonpath=migrated_path, deterministic=deterministic, env=xla_env)
+                          pythonpath=migrated_path, deterministic=deterministic, env=xla_env,
+                          graphs=devices is not None)
     if observation.torch_xla is None:
         observation.torch_xla = interpreter.torch_xla
     original, hidden = None, []

@@ -198,6 +198,17 @@ def render_text(report: Report) -> list[str]:
             lines.append(f"    trained parameter elements: {parameters['sharded']} split over the devices, "
                          f"{parameters['replicated']} whole on every device (data parallel: all whole; FSDPv2: "
                          "all split)")
+            if parameters.get("whole"):
+                lines.append("    whole beside split ones (a wrap missed them, or an annotation replicated them): "
+                             + ", ".join(parameters["whole"]))
+        gathers = report.spmd.get("all_gathers")
+        if gathers is not None:
+            shapes = f": {', '.join(gathers['shapes'])}" if gathers["shapes"] else ""
+            why = ("" if not gathers["per_step"] else " (FSDPv2 gathers its parameters for the forward and the "
+                   "backward)" if parameters and parameters["sharded"] and not parameters["replicated"] else
+                   " (in a data-parallel program a sharding annotation makes the compiler gather that tensor "
+                   "every step: annotate it so it stays split, or leave it replicated)")
+            lines.append(f"    all-gathers per step in the step graph: {gathers['per_step']}{shapes}{why}")
     status = "timed out" if run["timed_out"] else f"exit {run['exit_status']}"
     if run["stopped_after_steps"]:
         status += f" (stopped after {run['stopped_after_steps']} steps, --steps)"

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import spmd_graphs
 from .replica_probe import summarize as summarize_replicas
 
 HOW_TO_GET_TORCH_XLA = ("create one with `python3 -m venv xla-env && xla-env/bin/pip install torch torch-xla` "
@@ -354,6 +355,7 @@ class Observation:
     workdir: Path | None = None
     events: list[dict] = field(default_factory=list)  # OBSERVED_EVENTS' events, of every process
     replicas: dict | None = None  # the replica probe's summary (replica_probe.summarize), every process
+    all_gathers: dict | None = None  # verify --devices: the step graph's all-gathers (spmd_graphs.all_gathers)
 
     @property
     def device(self) -> str | None:
@@ -435,8 +437,9 @@ def observe(python: str, script: str | os.PathLike, args: list[str] | tuple = ()
             device: str = "cpu", steps: int | None = None, debug: bool = True, env: dict | None = None,
             extra_pythonpath: list[str] | tuple = (), timeout: float | None = None,
             workdir: str | os.PathLike | None = None, pythonpath: list[str] | None = None,
-            deterministic: bool = False) -> Observation:
+            deterministic: bool = False, graphs: bool = False) -> Observation:
     """Run ``python script args`` with the loader; ``device="cpu"`` runs on PJRT CPU with CUDA hidden.
+    ``graphs``: dump the compiled graphs and read the step graph's all-gathers (verify --devices).
 
     The import path is the loader's folder, ``extra_pythonpath``, then ``pythonpath`` (default: the
     environment's PYTHONPATH); a sitecustomize the loader shadows still runs. ``workdir`` keeps the loader, the
@@ -461,8 +464,12 @@ def observe(python: str, script: str | os.PathLike, args: list[str] | tuple = ()
             child_env.update(PJRT_DEVICE="CPU", CUDA_VISIBLE_DEVICES="")
         # The replica probe (the loader installs it): one caller-given file is read, not replaced.
         probe_file = child_env.setdefault("XLA_REPLICA_PROBE_FILE", str(work / "replicas.jsonl"))
+        if graphs:
+            child_env["XLA_FLAGS"] = spmd_graphs.dump_flags(work / "hlo", child_env.get("XLA_FLAGS"))
         process = run_child([str(python), str(script), *args], child_env, cwd, timeout, work)
         observation = read_records(work, process)
+        if graphs:
+            observation.all_gathers = spmd_graphs.all_gathers(work / "hlo")
         observation.replicas = summarize_replicas(probe_file)
         if debug and debug_file.exists():
             observation.analyses = parse_debug(debug_file.read_bytes())
@@ -536,6 +543,9 @@ def run_plain(python: str, script: str | os.PathLike, args: list[str] | tuple = 
 
     base = {k: v for k, v in (os.environ if env is None else env).items()
             if not k.startswith(("XLA_MIGRATE_VERIFY_", "PJRT_", "PT_XLA_", "XLA_REPLICA_PROBE_"))}
+    # transformers and accelerate pick torch_xla's device whenever torch_xla is installed; the original runs
+    # on plain CPU torch.
+    base.setdefault("USE_TORCH_XLA", "0")
     if pythonpath is None:
         pythonpath = [entry for entry in base.get("PYTHONPATH", "").split(os.pathsep) if entry]
     pattern = re.compile(loss_regex or DEFAULT_LOSS_REGEX, re.MULTILINE)
