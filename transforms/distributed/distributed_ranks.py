@@ -15,7 +15,9 @@ What it does:
     launch (at module level, or as an argparse default in the ``__main__`` block, of a script whose
     ``__main__`` block starts the workers, or in the function that calls ``mp.spawn`` before that call) is
     reported, not rewritten: the launcher's process has no ordinal, and reading the XLA runtime there
-    starts it before the spawn ("Runtime is already initialized"). Single-device scripts are left alone. In the ddp data-parallel form of the ``2.9`` target
+    starts it before the spawn ("Runtime is already initialized"); so is a launcher flag tested there
+    (Swin's ``if "RANK" in os.environ and "WORLD_SIZE" in os.environ:`` in its ``__main__`` block): it is
+    False there under the XLA launcher, as written. Single-device scripts are left alone. In the ddp data-parallel form of the ``2.9`` target
     torchrun still starts the workers, so the ranks are left as written; only a rank used as a device index
     becomes the XLA device. The ddp form of ``sagemaker`` launches with ``xmp.spawn`` (no ``xla://`` in the
     1.13 API), so its ranks are rewritten as in the xm form.

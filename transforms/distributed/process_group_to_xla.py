@@ -6,7 +6,8 @@ What it does:
     - ``dist.init_process_group("nccl", ...)`` (any backend, any arguments) and
       ``dist.destroy_process_group()`` are removed, each with a change record; an ``if`` left with nothing
       to do (``if dist.is_initialized(): dist.destroy_process_group()``) goes with them.
-    - ``dist.barrier()`` -> ``xm.rendezvous("barrier")``.
+    - ``dist.barrier()`` -> ``xm.rendezvous("barrier")``; one in the launcher's process, before the XLA launch,
+      goes (no group there, and a rendezvous would start the runtime before the spawn).
     - ``dist.is_initialized()`` -> ``xm.xrt_world_size() > 1`` (``xr.world_size() > 1`` on ``2.9``): the
       code it guarded ran when the script ran on several workers.
     - Where the script calls a collective without an xm form (``scatter``, ``all_gather_object``, or a call
@@ -24,7 +25,10 @@ What it does:
     ``dist.init_process_group("xla", rank=xm.get_ordinal(), world_size=xm.xrt_world_size())``, after
     ``os.environ.setdefault("MASTER_ADDR", "localhost")`` and ``os.environ.setdefault("MASTER_PORT",
     "12355")``. Barriers, ``is_initialized()``, collectives and ``destroy_process_group()`` keep working as
-    written.
+    written. Where ``sagemaker``'s ddp form launches with ``xmp.spawn`` and the script initialised its group in
+    the launcher's process (its ``__main__`` block, before the launch), that call goes and each worker
+    initialises the group in ``_mp_fn`` (XLA407): the launcher has no ordinal, and asking for one there
+    would start the runtime before the spawn.
 
     In the spmd form (``--data-parallel spmd``) the process group goes whatever the script calls: one
     program per host needs none, the compiler inserts the collectives of the sharded step. Barriers and

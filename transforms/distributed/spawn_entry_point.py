@@ -20,7 +20,14 @@ What it does:
       function, and the ``__main__`` block launches it instead of calling the entry function:
       ``main(args)`` becomes ``xmp.spawn(_mp_fn, args=(args,))`` with ``def _mp_fn(index, args):
       main(args)``. The entry function is the module-level function the ``__main__`` block calls (or a
-      ``main()`` called at the top level, which gets a ``__main__`` guard).
+      ``main()`` called at the top level, which gets a ``__main__`` guard). Where the block calls several
+      functions of the script, the one launched is ``main``, else the first when it runs the training; when
+      neither (stylegan2's block calls ``accumulate(g_ema, generator, 0)`` before ``train(...)``), nothing is
+      launched and the block is reported. In the ddp form under ``xmp.spawn`` (``sagemaker``), a process group
+      the block initialised before the launch is initialised in ``_mp_fn`` instead (XLA404 removes it there).
+    - A program whose entry imports a module that launches the workers itself (detectron2's
+      ``engine.launch``: its ``mp.start_processes`` becomes the XLA launch) is not launched again: one launch
+      per program, and the report says which one starts the workers.
     - A script with no such function is reported: wrap its top-level training code in ``def main():``.
       (``--data-parallel auto`` gives a torchrun script of that shape the ddp form on ``2.9``, which keeps
       torchrun as its launcher: analysis/torchrun_script.py.)
