@@ -22,7 +22,9 @@ What it does:
     each caller's model moves just before its optimizer; otherwise the move is reported, unless every caller
     in the project (this module and the modules importing it) moved the model it passes to the device before
     building the optimizer it passes (``model = Net().to(device)``, then ``torch.optim.Adam(model.parameters())``:
-    going_modular's engine.train): the move in the function is then a no-op (optimizer_callers.py). In code that
+    going_modular's engine.train): the move in the function is then a no-op (optimizer_callers.py). A method
+    receiving both that moves the model inside an expression (``Trainer.__init__``: ``self.model =
+    DDP(model.to(gpu_id), ...)``, the optimizer built by ``load_train_objs()``) is reported the same way. In code that
     already runs on torch_xla it only reports (the move and the re-tie below), as every rule does there.
 
 Why:
