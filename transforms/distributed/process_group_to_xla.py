@@ -122,7 +122,7 @@ class ProcessGroupToXla(Rule):
         if ctx.ddp_form:
             if node in common.launcher_side_inits(ctx):
                 self._remove(ctx.parent(node), f"removed {short(node)} from the launcher's process: each XLA "
-                             f"worker initialises the xla process group in {'_mp_fn'} (XLA407), before the entry")
+                             "worker initialises the xla process group in _mp_fn (XLA407), before the entry")
             elif name == "barrier" and ctx.xla_launched and common.before_launch(ctx, node) and \
                     isinstance(ctx.parent(node), cst.Expr):
                 self._remove(ctx.parent(node), f"removed {short(node)}: before the launch, in the launcher's "
