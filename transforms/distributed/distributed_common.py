@@ -253,5 +253,11 @@ def launcher_side_inits(ctx: MigrationContext) -> list[cst.Call]:
     migration writes (the ddp form of a torchrun script under xmp.spawn): the group belongs in each worker."""
     if not (ctx.ddp_form and ctx.xla_launched):
         return []
-    return [node for node in patterns.find_all(ctx.module, lambda n: dist_call(ctx, n, "init_process_group") is not None)
+    if ctx not in _LAUNCHER_INITS:
+        _LAUNCHER_INITS[ctx] = [
+            node for node in patterns.find_all(ctx.module, lambda n: dist_call(ctx, n, "init_process_group") is not None)
             if before_launch(ctx, node) and isinstance(ctx.parent(node), cst.Expr)]
+    return _LAUNCHER_INITS[ctx]
+
+
+_LAUNCHER_INITS: weakref.WeakKeyDictionary[MigrationContext, list[cst.Call]] = weakref.WeakKeyDictionary()
