@@ -14,7 +14,8 @@ What it does:
     ``torch.autocast("tpu", dtype=torch.bfloat16)`` and ``"xla"`` in ``torch.autocast`` /
     ``torch.amp.GradScaler`` becomes ``"tpu"`` (XLA202 removes torch_xla's GradScaler); ``xm.set_rng_state(n)``
     / ``torch_xla.manual_seed(n)`` become ``torch.manual_seed(n)`` (removed where the script calls it);
-    ``xr.initialize_cache(...)`` is removed. In a distributed script without DDP, the reduction
+    ``xr.initialize_cache(...)`` is removed; ``xm.xla_device_hw(d)`` becomes ``torch.device(d).type.upper()``
+    ("TPU" or "CPU", as a gate such as ``!= "CPU"`` reads it). In a distributed script without DDP, the reduction
     ``xm.optimizer_step`` did is reported. XLA704 does ranks, launch, collectives and SPMD.
 
 Why:
@@ -47,6 +48,7 @@ from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 from xla_migrate.transforms.torchtpu import torch_xla_names as names
+from xla_migrate.transforms.torchtpu import xm_form_ddp
 
 # Parents under which the accelerator device's `a or b` needs parentheses.
 _TIGHT = (cst.Attribute, cst.Subscript, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation,
@@ -70,7 +72,9 @@ class TorchXlaToTorchTpu(Rule):
         # The functions (None: module level) that call torch.manual_seed, which seeds the TPU under TorchTPU.
         self._seeded = {self._function_of(n) for n in calls if ctx.is_call_to(n, "torch.manual_seed")}
         self._distributed = ctx.distributed or any(ctx.is_call_to(n, *names.DISTRIBUTED) for n in calls)
-        self._ddp = bool(ctx.facts.ddp_models) or any(ctx.is_call_to(n, *DDP) for n in calls)
+        # DDP reduces: the script's own, or the one the xm form gets back (XLA704, xm_form_ddp).
+        self._ddp = bool(ctx.facts.ddp_models) or any(ctx.is_call_to(n, *DDP) for n in calls) or (
+            ctx.facts.upgrades_xla_code and xm_form_ddp.plan(ctx) is not None)
         for statement in ctx.module.body:  # every torch_xla import: removed once nothing reads it
             for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
                 if isinstance(small, cst.Import):
@@ -114,6 +118,9 @@ class TorchXlaToTorchTpu(Rule):
             self._seed(node)
         elif ctx.is_call_to(node, *names.WAIT):
             self._wait(node)
+        elif ctx.is_call_to(node, *names.DEVICE_HW) and len(node.args) == 1 and not node.args[0].star:
+            self.replace(node, lambda updated: patterns.parsed_expression(ctx.spell("device_hw", patterns.code_of(
+                updated.args[0].value))), f"{short(node)} -> the device type in capitals (\"TPU\", \"CPU\")")
         elif ctx.is_call_to(node, *names.OPTIMIZER_STEP):
             self._optimizer_step(node)
         elif ctx.is_call_to(node, *names.DEVICE_LOADER):

@@ -26,6 +26,9 @@ MODULE_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "np": ("numpy", "np"),
     "fsdpv2": ("torch_xla.experimental.spmd_fully_sharded_data_parallel", "fsdpv2"),
     "os": ("os", "os"),
+    "dist": ("torch.distributed", "dist"),
+    "mp": ("torch.multiprocessing", "mp"),
+    "dist_fn": ("torch.distributed.nn.functional", "dist_fn"),
 }
 
 Version = tuple[int, int]
@@ -268,6 +271,26 @@ _TORCHTPU = {
     "wait_device_ops": Spelling("{torch}.accelerator.synchronize()"),
     "accelerator_available": Spelling("{torch}.accelerator.is_available()"),
     "optimizer_class": Spelling("{torch}.optim.{0}"),
+    # xm.xla_device_hw(d): the hardware's name in capitals, "TPU" or "CPU" (TorchTPU's device types).
+    "device_hw": Spelling("{torch}.device({0}).type.upper()"),
+    # The xm form's data parallelism upgraded to DDP (transforms/torchtpu/xm_form_ddp.py): each worker joins
+    # the tpu_dist group (gloo without an accelerator: the CPU), the model is wrapped without device_ids, and
+    # the launch sets TorchTPU's variables (on a TPU) before mp.spawn starts one worker per device.
+    "join_process_group": Spelling('{dist}.init_process_group("tpu_dist" if {torch}.accelerator.is_available() '
+                                   'else "gloo")'),
+    # torch_xla's "xla" process group upgraded: tpu_dist, gloo without an accelerator (the CPU run here).
+    "process_group_backend_or_cpu": Spelling('"tpu_dist" if {torch}.accelerator.is_available() else "gloo"'),
+    "ddp_wrap": Spelling("{torch}.nn.parallel.DistributedDataParallel({0})"),
+    "worker_count": Spelling("{torch}.accelerator.device_count() if {torch}.accelerator.is_available() else 1"),
+    "on_tpu": Spelling('{torch}.accelerator.is_available() and {torch}.accelerator.current_accelerator().type == '
+                       '"tpu"'),
+    "launch_env": Spelling("{torch}.tpu.distributed.set_tpu_launch_env(nproc_per_node={0})"),
+    "spawn": Spelling("{mp}.spawn({0})"),
+    "barrier": Spelling("{dist}.barrier()"),
+    "all_reduce": Spelling("{dist}.all_reduce({0})"),
+    "broadcast": Spelling("{dist}.broadcast({0}, src={1})"),
+    # xm.all_gather(t): the ranks' tensors concatenated on dim 0 (torch.distributed.nn's keeps the gradient).
+    "all_gather": Spelling("{torch}.cat({dist_fn}.all_gather({0}))"),
 }
 
 TARGETS: dict[str, Target] = {
