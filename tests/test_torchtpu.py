@@ -125,6 +125,22 @@ def test_every_emitted_torch_tpu_name_is_public_in_the_wheel():
     assert not missing, f"not public in {WHEEL_PIN}: {missing}"
 
 
+def test_set_tpu_launch_env_takes_what_the_output_passes():
+    """The upgraded launch calls ``torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=n)``: the wheel's
+    function (the one torch.tpu.distributed exports) takes ``nproc_per_node`` by keyword, and nothing else is
+    required."""
+    table = wheel_text("torch_tpu/_internal/public_api.py")
+    assert '"torch_tpu._internal.distributed.distributed:set_tpu_launch_env"' in table
+    tree = ast.parse(wheel_text("torch_tpu/_internal/distributed/distributed.py"))
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "set_tpu_launch_env")
+    keywords = {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults)}
+    assert "nproc_per_node" in keywords and all(d is not None for d in keywords.values())
+    assert not function.args.args and not function.args.posonlyargs
+    calls = {line.strip() for _, out in torchtpu_outputs() for line in out.read_text().splitlines()
+             if "set_tpu_launch_env(" in line}
+    assert calls == {"torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nprocs)"}, calls
+
+
 def test_the_check_tells_private_and_missing_names():
     assert is_public("torch.tpu.distributed") and is_public("torch.tpu.synchronize")
     assert not is_public("torch.tpu.no_such_helper")

@@ -86,6 +86,26 @@ def test_upgrade_of_this_tools_output(name, target):
     assert result.runs_on == "torch_tpu >= 0.2"
 
 
+SPMD_RUNNABLE = sorted(name for name in RUNNABLE if name.endswith("_spmd"))
+
+
+@pytest.mark.parametrize("name", SPMD_RUNNABLE)
+def test_upgrade_of_the_spmd_form(name):
+    """This tool's 2.9 --data-parallel spmd output (xr.use_spmd, xs.Mesh, input_sharding=, FSDPv2): no
+    mechanical TorchTPU form, so each SPMD line has a finding naming DTensor / FSDP2 fully_shard on
+    init_device_mesh("tpu", ...); the rest is upgraded, idempotently."""
+    source = (ROOT / "fixtures" / "runnable" / f"{name}.py").read_text()
+    on_xla = migrate(source, target="2.9", path=f"{name}.py", data_parallel="spmd")
+    assert on_xla.data_parallel == "spmd" and "xr.use_spmd()" in on_xla.code
+    result = migrate(on_xla.code, target="torchtpu", path=f"{name}.py")
+    assert result.error is None and migrate(result.code, target="torchtpu").code == result.code
+    assert not torch_xla_left(on_xla.code, result)
+    spmd = [f for f in result.findings if "SPMD" in f.message]
+    lines = on_xla.code.splitlines()
+    assert {lines[f.line - 1].strip() for f in spmd} >= {"xr.use_spmd()"}
+    assert all('init_device_mesh("tpu", ...)' in f.fix for f in spmd)
+
+
 def test_the_checks_can_fail():
     """The leftover check sees a torch_xla call with no finding, and passes it with one."""
     source, result = upgraded("mnist_conv", "sagemaker")

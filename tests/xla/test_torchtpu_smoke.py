@@ -169,6 +169,29 @@ def test_two_spawned_workers_train_as_two_torchrun_workers(tmp_path):
     assert one != before  # two workers train differently from one: the comparison can fail
 
 
+HIDE_TORCH_XLA = "import runpy, sys; sys.modules['torch_xla'] = None; runpy.run_path('script.py', run_name='__main__')"
+
+
+def test_torch_xla_switch_upgraded_trains_as_the_fallback(tmp_path):
+    """A script that runs on torch_xla when it is installed, else on the CPU (fixtures/upgrades/has_xla_fallback,
+    XLA705): the upgrade keeps the torch_xla side, upgraded, and prints the losses the original's CPU fallback
+    prints (torch_xla hidden from it: the environment has it)."""
+    python = xp.require_env("current")
+    source = (xp.ROOT / "fixtures" / "upgrades" / "has_xla_fallback.in.py").read_text()
+    result = migrate(source, target="torchtpu", path="has_xla_fallback.py")
+    assert "HAS_XLA" not in result.code and "torch_xla" not in result.code.split('"""')[-1]
+    workdir = tmp_path / "original"
+    workdir.mkdir()
+    (workdir / "script.py").write_text(source)
+    original = subprocess.run([str(python), "-c", HIDE_TORCH_XLA], cwd=workdir, env=cpu_env(), capture_output=True,
+                              text=True, timeout=300)
+    migrated = run(python, result.code, tmp_path / "migrated")
+    assert original.returncode == 0, original.stderr[-3000:]
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    before, after = xp.parse_losses(original.stdout), xp.parse_losses(migrated.stdout)
+    assert before and before == after, (before, after)
+
+
 def emitted_torch_names() -> set[str]:
     """The torch.* names (not torch.tpu) new in the torchtpu outputs: goldens and the runnable fixtures'."""
     pairs = [(source.read_text(), output.read_text()) for source, output in torchtpu_outputs()]

@@ -240,10 +240,31 @@ class TorchXlaToTorchTpu(Rule):
                          'shard the batch as a DTensor on init_device_mesh("tpu", ...) by hand')
             return
         index = loader_call.args.index(positional[0])
+        assign = self.ctx.parent(node)
+        source = positional[0].value
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(source, cst.Name) and \
+                patterns.code_of(assign.targets[0].target) == source.value and self._line_of_assign(assign):
+            # loader = pl.MpDeviceLoader(loader, device): the line goes (it would read `loader = loader`).
+            self.remove(self.ctx.parent(assign), f"removed {short(node)}: TorchTPU reads the plain loader")
+            if not self._batches_moved(node, source.value):
+                self.finding(node, f"{short(node)}: the loader's batches are no longer moved to the device",
+                             "move each batch with .to(device) where the loop reads it")
+            return
         self.replace(node, lambda updated: _loader_arg(updated, node is loader_call, index).with_changes(
             comma=cst.MaybeSentinel.DEFAULT).value, f"{short(node)} -> {short(positional[0].value)}: TorchTPU reads "
                                                     "the plain loader")
         self._move_batches(node, positional[1].value if len(positional) > 1 else None)
+
+    def _line_of_assign(self, assign: cst.Assign) -> bool:
+        line = self.ctx.parent(assign)
+        return isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+
+    def _batches_moved(self, node: cst.Call, loader: str) -> bool:
+        """Every loop over ``loader`` (or ``enumerate(loader)``) in ``node``'s function moves what it reads."""
+        scope = self._function_of(node) or self.ctx.module
+        loops = [n for n in patterns.find_all(scope, lambda n: isinstance(n, cst.For)) if patterns.code_of(
+            n.iter) in (loader, f"enumerate({loader})")]
+        return bool(loops) and all(".to(" in patterns.code_of(loop.body) for loop in loops)
 
     def _move_batches(self, node: cst.Call, device: cst.BaseExpression | None) -> None:
         loop, iterated = self.ctx.parent(node), node
