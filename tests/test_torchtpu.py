@@ -164,10 +164,11 @@ def test_device_type_and_backend_strings_are_registered_by_the_wheel():
     assert re.search(r'assert device == "tpu"', loader) and "rename_privateuse1_backend(device)" in loader
     assert re.search(r'register_backend\(\s*"tpu_dist"', loader)
     spellings = {c: s.template for c, s in TARGETS["torchtpu"].spellings.items()}
-    assert '"tpu"' in spellings["autocast"] and spellings["device_name"] == '"tpu"'
+    assert "current_accelerator().type" in spellings["autocast"] and spellings["device_name"] == '"tpu"'
     assert spellings["process_group_backend"] == '"tpu_dist"'
     emitted = " ".join(out.read_text() for _, out in torchtpu_outputs())
-    assert 'backend="tpu_dist"' in emitted and 'torch.autocast("tpu", dtype=torch.bfloat16)' in emitted
+    autocast = 'torch.autocast(torch.accelerator.current_accelerator().type if torch.accelerator.is_available() else "cpu"'
+    assert 'backend="tpu_dist"' in emitted and f"{autocast}, dtype=torch.bfloat16)" in emitted
 
 
 XLA_ONLY = re.compile(r"\b(torch_xla|xm\.|xr\.|mark_step|MpDeviceLoader|optimizer_step|add_step_closure)\b")

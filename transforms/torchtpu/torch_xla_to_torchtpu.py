@@ -11,8 +11,8 @@ What it does:
     ``torch.save`` (inside ``if <local rank> == 0:`` in a distributed script where it is not guarded already,
     as xm.save saved on the master only); ``xm.add_step_closure(f, args=(a,))`` becomes ``f(a)``; the
     syncfree optimizers become ``torch.optim``'s; ``torch_xla.amp.autocast(device)`` becomes
-    ``torch.autocast("tpu", dtype=torch.bfloat16)`` and ``"xla"`` in ``torch.autocast`` /
-    ``torch.amp.GradScaler`` becomes ``"tpu"`` (XLA202 removes torch_xla's GradScaler); ``xm.set_rng_state(n)``
+    bf16 ``torch.autocast`` on the accelerator's type (``"tpu"``; ``"cpu"`` without one), ``"xla"`` in
+    ``torch.autocast`` that type, and in ``torch.amp.GradScaler`` ``"tpu"`` (XLA202 removes torch_xla's GradScaler); ``xm.set_rng_state(n)``
     / ``torch_xla.manual_seed(n)`` become ``torch.manual_seed(n)`` (removed where the script calls it);
     ``xr.initialize_cache(...)`` is removed; ``xm.xla_device_hw(d)`` becomes ``torch.device(d).type.upper()``
     ("TPU" or "CPU", as a gate such as ``!= "CPU"`` reads it). In a distributed script without DDP, the reduction
@@ -155,6 +155,10 @@ class TorchXlaToTorchTpu(Rule):
         if arg is None or patterns.string_value(arg.value) != "xla" or not isinstance(arg.value, cst.SimpleString):
             return
         quote = arg.value.value[-1]
+        if self.ctx.is_call_to(node, *names.TYPED[:2]):  # autocast: the accelerator's type, else the CPU's
+            self.replace(arg.value, patterns.parsed_expression(self.ctx.spell("device_string")),
+                         f'{short(node)}: "xla" -> the accelerator\'s type ("tpu"), else "cpu"')
+            return
         self.replace(arg.value, cst.SimpleString(self.ctx.spell("device_type").replace('"', quote)),
                      f'{short(node)}: "xla" -> "tpu", TorchTPU\'s device type')
 

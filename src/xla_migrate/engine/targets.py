@@ -253,7 +253,10 @@ _TORCHTPU = {
     # torch.cuda.<name> -> torch.accelerator.<name> (availability, count, synchronize, memory statistics).
     "accelerator_api": Spelling("{torch}.accelerator.{0}"),
     "manual_seed": Spelling("{torch}.manual_seed({0})"),
-    "autocast": Spelling('{torch}.autocast("tpu", dtype={torch}.bfloat16)'),
+    # The accelerator's type ("tpu" under TorchTPU), else the CPU's: a CPU-only torch has no "tpu" autocast, and
+    # the CPU's (disabled, or bf16 where the original chose bf16 there) trains as the original did.
+    "autocast": Spelling('{torch}.autocast({torch}.accelerator.current_accelerator().type if '
+                         '{torch}.accelerator.is_available() else "cpu", dtype={torch}.bfloat16)'),
     # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state);
     # disabled, it touches no device (it builds on a CPU-only torch too).
     "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("tpu", enabled=False)'),
