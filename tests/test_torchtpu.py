@@ -125,6 +125,22 @@ def test_every_emitted_torch_tpu_name_is_public_in_the_wheel():
     assert not missing, f"not public in {WHEEL_PIN}: {missing}"
 
 
+def test_set_tpu_launch_env_takes_what_the_output_passes():
+    """The upgraded launch calls ``torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=n)``: the wheel's
+    function (the one torch.tpu.distributed exports) takes ``nproc_per_node`` by keyword, and nothing else is
+    required."""
+    table = wheel_text("torch_tpu/_internal/public_api.py")
+    assert '"torch_tpu._internal.distributed.distributed:set_tpu_launch_env"' in table
+    tree = ast.parse(wheel_text("torch_tpu/_internal/distributed/distributed.py"))
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "set_tpu_launch_env")
+    keywords = {a.arg: d for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults)}
+    assert "nproc_per_node" in keywords and all(d is not None for d in keywords.values())
+    assert not function.args.args and not function.args.posonlyargs
+    calls = {line.strip() for _, out in torchtpu_outputs() for line in out.read_text().splitlines()
+             if "set_tpu_launch_env(" in line}
+    assert calls == {"torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nprocs)"}, calls
+
+
 def test_the_check_tells_private_and_missing_names():
     assert is_public("torch.tpu.distributed") and is_public("torch.tpu.synchronize")
     assert not is_public("torch.tpu.no_such_helper")
@@ -148,10 +164,11 @@ def test_device_type_and_backend_strings_are_registered_by_the_wheel():
     assert re.search(r'assert device == "tpu"', loader) and "rename_privateuse1_backend(device)" in loader
     assert re.search(r'register_backend\(\s*"tpu_dist"', loader)
     spellings = {c: s.template for c, s in TARGETS["torchtpu"].spellings.items()}
-    assert '"tpu"' in spellings["autocast"] and spellings["device_name"] == '"tpu"'
+    assert "current_accelerator().type" in spellings["autocast"] and spellings["device_name"] == '"tpu"'
     assert spellings["process_group_backend"] == '"tpu_dist"'
     emitted = " ".join(out.read_text() for _, out in torchtpu_outputs())
-    assert 'backend="tpu_dist"' in emitted and 'torch.autocast("tpu", dtype=torch.bfloat16)' in emitted
+    autocast = 'torch.autocast(torch.accelerator.current_accelerator().type if torch.accelerator.is_available() else "cpu"'
+    assert 'backend="tpu_dist"' in emitted and f"{autocast}, dtype=torch.bfloat16)" in emitted
 
 
 XLA_ONLY = re.compile(r"\b(torch_xla|xm\.|xr\.|mark_step|MpDeviceLoader|optimizer_step|add_step_closure)\b")

@@ -86,6 +86,26 @@ def test_upgrade_of_this_tools_output(name, target):
     assert result.runs_on == "torch_tpu >= 0.2"
 
 
+SPMD_RUNNABLE = sorted(name for name in RUNNABLE if name.endswith("_spmd"))
+
+
+@pytest.mark.parametrize("name", SPMD_RUNNABLE)
+def test_upgrade_of_the_spmd_form(name):
+    """This tool's 2.9 --data-parallel spmd output (xr.use_spmd, xs.Mesh, input_sharding=, FSDPv2): no
+    mechanical TorchTPU form, so each SPMD line has a finding naming DTensor / FSDP2 fully_shard on
+    init_device_mesh("tpu", ...); the rest is upgraded, idempotently."""
+    source = (ROOT / "fixtures" / "runnable" / f"{name}.py").read_text()
+    on_xla = migrate(source, target="2.9", path=f"{name}.py", data_parallel="spmd")
+    assert on_xla.data_parallel == "spmd" and "xr.use_spmd()" in on_xla.code
+    result = migrate(on_xla.code, target="torchtpu", path=f"{name}.py")
+    assert result.error is None and migrate(result.code, target="torchtpu").code == result.code
+    assert not torch_xla_left(on_xla.code, result)
+    spmd = [f for f in result.findings if "SPMD" in f.message]
+    lines = on_xla.code.splitlines()
+    assert {lines[f.line - 1].strip() for f in spmd} >= {"xr.use_spmd()"}
+    assert all('init_device_mesh("tpu", ...)' in f.fix for f in spmd)
+
+
 def test_the_checks_can_fail():
     """The leftover check sees a torch_xla call with no finding, and passes it with one."""
     source, result = upgraded("mnist_conv", "sagemaker")
@@ -98,12 +118,37 @@ def test_the_checks_can_fail():
     assert not is_public("torch.tpu.no_such_helper")
 
 
-def test_distributed_xm_form_reports_the_lost_reduction_and_the_launch():
-    source, result = upgraded("ddp_torchrun", "sagemaker")
-    codes = {(f.code, f.message.split(":")[0]) for f in result.findings}
-    assert ("XLA703", "xm.optimizer_step(optimizer)") in codes
-    assert any(c == "XLA704" and m.startswith("xmp.spawn") for c, m in codes)
-    assert 'if int(os.environ.get("RANK", 0)) == 0:' in result.code and "torch.save(" in result.code
+@pytest.mark.parametrize("target", XLA_TARGETS)
+def test_distributed_xm_form_gets_ddp_back_on_tpu_dist(target):
+    """The xm form (the sagemaker default, 2.9 --data-parallel xm) of a DDP script: xm.optimizer_step's
+    all-reduce becomes DDP again, each worker joins the tpu_dist group, mp.spawn after set_tpu_launch_env
+    starts them (transforms/torchtpu/xm_form_ddp.py); nothing is reported lost."""
+    source = (ROOT / "fixtures" / "runnable" / "ddp_torchrun.py").read_text()
+    on_xla = migrate(source, target=target, path="ddp_torchrun.py", data_parallel="xm")
+    assert "xm.optimizer_step(optimizer)" in on_xla.code and "DDP(" not in on_xla.code
+    result = migrate(on_xla.code, target="torchtpu", path="ddp_torchrun.py")
+    code = result.code
+    assert "    model = torch.nn.parallel.DistributedDataParallel(model)\n    optimizer = " in code
+    assert 'dist.init_process_group("tpu_dist" if torch.accelerator.is_available() else "gloo")' in code
+    assert 'os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)' in code
+    assert "        torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=nprocs)\n" in code
+    assert "mp.spawn(_mp_fn, args=" in code and "nprocs=nprocs)" in code
+    assert "torch.save(model.module.state_dict()" in code  # the checkpoint keeps its keys
+    assert "collective_broadcast" not in code and "optimizer.step()" in code
+    messages = " ".join(f.message for f in result.findings)
+    assert "no longer reduced" not in messages and "collective" not in messages
+    assert migrate(code, target="torchtpu", path="ddp_torchrun.py").code == code
+
+
+def test_xm_form_without_a_launcher_keeps_the_finding():
+    """No launcher to start the workers (a torchrun-style xm form): no DDP is made up; the lost reduction is
+    reported, as before."""
+    source = ("import torch\nimport torch_xla.core.xla_model as xm\n\nmodel = torch.nn.Linear(2, 1)\n"
+              "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nprint(xm.xrt_world_size())\n"
+              "model(torch.ones(2)).sum().backward()\nxm.optimizer_step(opt)\n")
+    result = migrate(source, target="torchtpu")
+    assert "DistributedDataParallel" not in result.code and "opt.step()" in result.code
+    assert any("no longer reduced" in f.message for f in result.findings)
 
 
 def test_the_xla_targets_leave_the_upgrade_alone():

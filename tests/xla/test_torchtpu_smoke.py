@@ -5,7 +5,8 @@ environment with CUDA hidden and ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (with torch
 hung on libtpu's metadata retries without it), and must print the original's losses (fp32: 1e-6). The torch
 names the target writes (torch.accelerator, torch.autocast...) must exist in that torch; the torch.tpu ones are
 checked against the torch_tpu wheel by tests/test_torchtpu.py. The same fixtures' sagemaker and 2.9 outputs,
-upgraded with --target torchtpu (XLA703/XLA704), must print the original's losses too.
+upgraded with --target torchtpu (XLA703/XLA704), must print the original's losses too, and so must the
+data-parallel fixtures' xm form upgraded to DDP (mp.spawn's workers on gloo: one, and two against torchrun's two).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from test_torchtpu import dotted_names, torchtpu_outputs  # noqa: E402
 SCRIPTS = ["sgd_item_save", "trainer_class", "stepper_object", "aliased_imports", "mnist_conv",
            "accumulation_clip", "eval_counts", "finite_check", "cpu_before_device", "hard_cuda", "device_option"]
 TOLERANCE = 1e-6
+# Every other runnable fixture (issue 32's "Done when": each one's torchtpu output trains on the CPU with the
+# original's losses): AMP ones (the CPU's autocast, disabled or bf16 as the original chose there), the
+# data-parallel ones as torchrun's one worker (gloo), the rest. Their upgrades are checked above and below.
+OTHERS = sorted(p.stem for p in xp.RUNNABLE.glob("*.py") if p.stem not in SCRIPTS)
 
 
 def cpu_env() -> dict[str, str]:
@@ -64,6 +69,22 @@ def test_torchtpu_output_trains_on_the_cpu_with_the_original_losses(name, tmp_pa
     assert worst <= TOLERANCE, f"largest loss difference {worst:.3g}"
 
 
+@pytest.mark.parametrize("name", OTHERS)
+def test_every_other_runnable_torchtpu_output_trains_on_the_cpu(name, tmp_path):
+    python = xp.require_env("current")
+    source = (xp.RUNNABLE / f"{name}.py").read_text()
+    result = migrate(source, target="torchtpu", path=f"{name}.py")
+    assert result.error is None and result.changed, result.error
+    original = run_distributed(python, source, tmp_path / "original", ONE_WORKER)
+    migrated = run_distributed(python, result.code, tmp_path / "migrated", ONE_WORKER)
+    assert original.returncode == 0, original.stderr[-3000:]
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    before, after = xp.parse_losses(original.stdout), xp.parse_losses(migrated.stdout)
+    assert before and len(before) == len(after), (before, after)
+    worst = max(abs(a - b) for a, b in zip(before, after))
+    assert worst <= TOLERANCE, f"largest loss difference {worst:.3g}"
+
+
 # Upgrade mode (issue 32 point 2): this tool's sagemaker and 2.9 outputs of the same fp32 fixtures, migrated again
 # with --target torchtpu, train on the CPU with the original's losses too.
 @pytest.mark.parametrize("xla_target", ["sagemaker", "2.9"])
@@ -84,6 +105,111 @@ def test_upgraded_xla_output_trains_on_the_cpu_with_the_original_losses(name, xl
     worst = max(abs(a - b) for a, b in zip(before, after))
     print(f"{name} {xla_target}->torchtpu: {len(after)} losses, largest difference {worst:.3g}")
     assert worst <= TOLERANCE, f"largest loss difference {worst:.3g}"
+
+
+# The data-parallel runnable fixtures (issue 32, the xm form's upgrade): their sagemaker output (the xm form,
+# or the ddp form where auto chose it) and their 2.9 --data-parallel xm output, upgraded: DDP on the process
+# group, started by mp.spawn (one worker on the CPU, gloo) or, without a launcher, by torchrun's variables. The
+# original runs as torchrun's one worker. FSDP (fsdp_spmd) is reported, not migrated: its output needs CUDA.
+DATA_PARALLEL = ["ddp_torchrun", "ddp_helpers", "ddp_world_size_arg", "torchrun_collectives_spmd", "ddp_amp_branches",
+                 "ddp_spmd", "launched_device", "fsdp2_spmd"]
+ONE_WORKER = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+
+
+def free_port() -> str:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return str(probe.getsockname()[1])
+
+
+def run_distributed(python: Path, source: str, workdir: Path, variables: dict[str, str],
+                    torchrun: int = 0) -> subprocess.CompletedProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "script.py").write_text(source)
+    env = {**cpu_env(), "MASTER_ADDR": "localhost", "MASTER_PORT": free_port(), **variables}
+    command = [str(python), "script.py"]
+    if torchrun:
+        command = [str(python), "-m", "torch.distributed.run", f"--nproc_per_node={torchrun}",
+                   f"--master_port={free_port()}", "script.py"]
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+
+
+def upgraded(name: str, xla_target: str, form: str | None) -> tuple[str, str]:
+    source = (xp.RUNNABLE / f"{name}.py").read_text()
+    on_xla = migrate(source, target=xla_target, path=f"{name}.py", data_parallel=form)
+    result = migrate(on_xla.code, target="torchtpu", path=f"{name}.py")
+    assert on_xla.data_parallel and result.error is None and result.changed, (on_xla.data_parallel, result.error)
+    assert "torch_xla" not in result.code.split('"""')[-1]
+    return source, result.code
+
+
+@pytest.mark.parametrize("xla_target,form", [("sagemaker", None), ("2.9", "xm")], ids=["sagemaker", "2.9-xm"])
+@pytest.mark.parametrize("name", DATA_PARALLEL)
+def test_upgraded_data_parallel_output_trains_on_the_cpu_with_the_original_losses(name, xla_target, form, tmp_path):
+    python = xp.require_env("current")
+    source, code = upgraded(name, xla_target, form)
+    spawned = "mp.spawn(" in code
+    if form == "xm" and name != "fsdp2_spmd":
+        assert spawned and "DistributedDataParallel(model)" in code and "set_tpu_launch_env(nproc_per_node=" in code
+    original = run_distributed(python, source, tmp_path / "original", ONE_WORKER)
+    migrated = run_distributed(python, code, tmp_path / "migrated", {} if spawned else ONE_WORKER)
+    assert original.returncode == 0, original.stderr[-3000:]
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    before, after = xp.parse_losses(original.stdout), xp.parse_losses(migrated.stdout)
+    assert before and len(before) == len(after), (before, after)
+    worst = max(abs(a - b) for a, b in zip(before, after))
+    print(f"{name} {xla_target}{'-' + form if form else ''}->torchtpu: {len(after)} losses, largest difference "
+          f"{worst:.3g}")
+    assert worst <= TOLERANCE, f"largest loss difference {worst:.3g}"
+    # ddp_helpers prints what its collectives gathered: the torch.distributed forms gather the same.
+    assert collective_lines(original.stdout) == collective_lines(migrated.stdout)
+
+
+def collective_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("collective ")]
+
+
+def test_two_spawned_workers_train_as_two_torchrun_workers(tmp_path):
+    """The upgraded xm form with its worker count forced to 2 on the CPU (the accelerator's count on a TPU):
+    mp.spawn's two gloo workers print the losses of the original under torchrun --nproc_per_node=2, so DDP
+    reduces what xm.optimizer_step did and the ranks come from the spawn index."""
+    python = xp.require_env("current")
+    source, code = upgraded("ddp_torchrun", "sagemaker", None)
+    count = "torch.accelerator.device_count() if torch.accelerator.is_available() else 1"
+    assert code.count(count) == 1
+    original = run_distributed(python, source, tmp_path / "original", {}, torchrun=2)
+    migrated = run_distributed(python, code.replace(count, "2"), tmp_path / "migrated", {})
+    assert original.returncode == 0, original.stderr[-3000:]
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    before, after = xp.parse_losses(original.stdout), xp.parse_losses(migrated.stdout)
+    assert before and before == after, (before, after)
+    one = xp.parse_losses(run_distributed(python, source, tmp_path / "one", ONE_WORKER).stdout)
+    assert one != before  # two workers train differently from one: the comparison can fail
+
+
+HIDE_TORCH_XLA = "import runpy, sys; sys.modules['torch_xla'] = None; runpy.run_path('script.py', run_name='__main__')"
+
+
+def test_torch_xla_switch_upgraded_trains_as_the_fallback(tmp_path):
+    """A script that runs on torch_xla when it is installed, else on the CPU (fixtures/upgrades/has_xla_fallback,
+    XLA705): the upgrade keeps the torch_xla side, upgraded, and prints the losses the original's CPU fallback
+    prints (torch_xla hidden from it: the environment has it)."""
+    python = xp.require_env("current")
+    source = (xp.ROOT / "fixtures" / "upgrades" / "has_xla_fallback.in.py").read_text()
+    result = migrate(source, target="torchtpu", path="has_xla_fallback.py")
+    assert "HAS_XLA" not in result.code and "torch_xla" not in result.code.split('"""')[-1]
+    workdir = tmp_path / "original"
+    workdir.mkdir()
+    (workdir / "script.py").write_text(source)
+    original = subprocess.run([str(python), "-c", HIDE_TORCH_XLA], cwd=workdir, env=cpu_env(), capture_output=True,
+                              text=True, timeout=300)
+    migrated = run(python, result.code, tmp_path / "migrated")
+    assert original.returncode == 0, original.stderr[-3000:]
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    before, after = xp.parse_losses(original.stdout), xp.parse_losses(migrated.stdout)
+    assert before and before == after, (before, after)
 
 
 def emitted_torch_names() -> set[str]:

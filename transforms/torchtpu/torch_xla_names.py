@@ -17,6 +17,8 @@ def both(*names: str) -> tuple[str, ...]:
 DEVICE = both(f"{XM}.xla_device", "torch_xla.device")
 BARRIER = both(f"{XM}.mark_step", "torch_xla.sync")
 WAIT = (f"{XM}.wait_device_ops",)
+# "TPU" / "GPU" / "CPU": the device's hardware (a gate such as `!= "CPU"` for autocast).
+DEVICE_HW = (f"{XM}.xla_device_hw",)
 OPTIMIZER_STEP = (f"{XM}.optimizer_step",)
 DEVICE_LOADER = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)
 PARALLEL_LOADER = ("torch_xla.distributed.parallel_loader.ParallelLoader",)
@@ -30,7 +32,7 @@ CACHE = (f"{XR}.initialize_cache",)
 TYPED = ("torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.device")
 # torch_xla's GradScaler is XLA202's (removed with its calls where the target has no scaler).
 SCALERS = ("torch_xla.amp.GradScaler", "torch_xla.amp.grad_scaler.GradScaler")
-SINGLE_DEVICE = (SCALERS + DEVICE + BARRIER + WAIT + OPTIMIZER_STEP + DEVICE_LOADER + PARALLEL_LOADER + SAVE
+SINGLE_DEVICE = (SCALERS + DEVICE + BARRIER + WAIT + DEVICE_HW + OPTIMIZER_STEP + DEVICE_LOADER + PARALLEL_LOADER + SAVE
                  + STEP_CLOSURE + SYNCFREE + AUTOCAST + SEEDS + CACHE)
 
 # XLA704: ranks, launch, collectives, SPMD.

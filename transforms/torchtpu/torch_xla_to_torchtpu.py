@@ -11,10 +11,11 @@ What it does:
     ``torch.save`` (inside ``if <local rank> == 0:`` in a distributed script where it is not guarded already,
     as xm.save saved on the master only); ``xm.add_step_closure(f, args=(a,))`` becomes ``f(a)``; the
     syncfree optimizers become ``torch.optim``'s; ``torch_xla.amp.autocast(device)`` becomes
-    ``torch.autocast("tpu", dtype=torch.bfloat16)`` and ``"xla"`` in ``torch.autocast`` /
-    ``torch.amp.GradScaler`` becomes ``"tpu"`` (XLA202 removes torch_xla's GradScaler); ``xm.set_rng_state(n)``
+    bf16 ``torch.autocast`` on the accelerator's type (``"tpu"``; ``"cpu"`` without one), ``"xla"`` in
+    ``torch.autocast`` that type, and in ``torch.amp.GradScaler`` ``"tpu"`` (XLA202 removes torch_xla's GradScaler); ``xm.set_rng_state(n)``
     / ``torch_xla.manual_seed(n)`` become ``torch.manual_seed(n)`` (removed where the script calls it);
-    ``xr.initialize_cache(...)`` is removed. In a distributed script without DDP, the reduction
+    ``xr.initialize_cache(...)`` is removed; ``xm.xla_device_hw(d)`` becomes ``torch.device(d).type.upper()``
+    ("TPU" or "CPU", as a gate such as ``!= "CPU"`` reads it). In a distributed script without DDP, the reduction
     ``xm.optimizer_step`` did is reported. XLA704 does ranks, launch, collectives and SPMD.
 
 Why:
@@ -47,6 +48,7 @@ from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.common import short
 from xla_migrate.transforms.torchtpu import torch_xla_names as names
+from xla_migrate.transforms.torchtpu import xm_form_ddp
 
 # Parents under which the accelerator device's `a or b` needs parentheses.
 _TIGHT = (cst.Attribute, cst.Subscript, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation,
@@ -70,7 +72,9 @@ class TorchXlaToTorchTpu(Rule):
         # The functions (None: module level) that call torch.manual_seed, which seeds the TPU under TorchTPU.
         self._seeded = {self._function_of(n) for n in calls if ctx.is_call_to(n, "torch.manual_seed")}
         self._distributed = ctx.distributed or any(ctx.is_call_to(n, *names.DISTRIBUTED) for n in calls)
-        self._ddp = bool(ctx.facts.ddp_models) or any(ctx.is_call_to(n, *DDP) for n in calls)
+        # DDP reduces: the script's own, or the one the xm form gets back (XLA704, xm_form_ddp).
+        self._ddp = bool(ctx.facts.ddp_models) or any(ctx.is_call_to(n, *DDP) for n in calls) or (
+            ctx.facts.upgrades_xla_code and xm_form_ddp.plan(ctx) is not None)
         for statement in ctx.module.body:  # every torch_xla import: removed once nothing reads it
             for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
                 if isinstance(small, cst.Import):
@@ -114,6 +118,9 @@ class TorchXlaToTorchTpu(Rule):
             self._seed(node)
         elif ctx.is_call_to(node, *names.WAIT):
             self._wait(node)
+        elif ctx.is_call_to(node, *names.DEVICE_HW) and len(node.args) == 1 and not node.args[0].star:
+            self.replace(node, lambda updated: patterns.parsed_expression(ctx.spell("device_hw", patterns.code_of(
+                updated.args[0].value))), f"{short(node)} -> the device type in capitals (\"TPU\", \"CPU\")")
         elif ctx.is_call_to(node, *names.OPTIMIZER_STEP):
             self._optimizer_step(node)
         elif ctx.is_call_to(node, *names.DEVICE_LOADER):
@@ -148,6 +155,10 @@ class TorchXlaToTorchTpu(Rule):
         if arg is None or patterns.string_value(arg.value) != "xla" or not isinstance(arg.value, cst.SimpleString):
             return
         quote = arg.value.value[-1]
+        if self.ctx.is_call_to(node, *names.TYPED[:2]):  # autocast: the accelerator's type, else the CPU's
+            self.replace(arg.value, patterns.parsed_expression(self.ctx.spell("device_string")),
+                         f'{short(node)}: "xla" -> the accelerator\'s type ("tpu"), else "cpu"')
+            return
         self.replace(arg.value, cst.SimpleString(self.ctx.spell("device_type").replace('"', quote)),
                      f'{short(node)}: "xla" -> "tpu", TorchTPU\'s device type')
 
@@ -233,10 +244,31 @@ class TorchXlaToTorchTpu(Rule):
                          'shard the batch as a DTensor on init_device_mesh("tpu", ...) by hand')
             return
         index = loader_call.args.index(positional[0])
+        assign = self.ctx.parent(node)
+        source = positional[0].value
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(source, cst.Name) and \
+                patterns.code_of(assign.targets[0].target) == source.value and self._line_of_assign(assign):
+            # loader = pl.MpDeviceLoader(loader, device): the line goes (it would read `loader = loader`).
+            self.remove(self.ctx.parent(assign), f"removed {short(node)}: TorchTPU reads the plain loader")
+            if not self._batches_moved(node, source.value):
+                self.finding(node, f"{short(node)}: the loader's batches are no longer moved to the device",
+                             "move each batch with .to(device) where the loop reads it")
+            return
         self.replace(node, lambda updated: _loader_arg(updated, node is loader_call, index).with_changes(
             comma=cst.MaybeSentinel.DEFAULT).value, f"{short(node)} -> {short(positional[0].value)}: TorchTPU reads "
                                                     "the plain loader")
         self._move_batches(node, positional[1].value if len(positional) > 1 else None)
+
+    def _line_of_assign(self, assign: cst.Assign) -> bool:
+        line = self.ctx.parent(assign)
+        return isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+
+    def _batches_moved(self, node: cst.Call, loader: str) -> bool:
+        """Every loop over ``loader`` (or ``enumerate(loader)``) in ``node``'s function moves what it reads."""
+        scope = self._function_of(node) or self.ctx.module
+        loops = [n for n in patterns.find_all(scope, lambda n: isinstance(n, cst.For)) if patterns.code_of(
+            n.iter) in (loader, f"enumerate({loader})")]
+        return bool(loops) and all(".to(" in patterns.code_of(loop.body) for loop in loops)
 
     def _move_batches(self, node: cst.Call, device: cst.BaseExpression | None) -> None:
         loop, iterated = self.ctx.parent(node), node

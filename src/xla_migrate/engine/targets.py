@@ -26,6 +26,9 @@ MODULE_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "np": ("numpy", "np"),
     "fsdpv2": ("torch_xla.experimental.spmd_fully_sharded_data_parallel", "fsdpv2"),
     "os": ("os", "os"),
+    "dist": ("torch.distributed", "dist"),
+    "mp": ("torch.multiprocessing", "mp"),
+    "dist_fn": ("torch.distributed.nn.functional", "dist_fn"),
 }
 
 Version = tuple[int, int]
@@ -252,7 +255,10 @@ _TORCHTPU = {
     # torch.cuda.<name> -> torch.accelerator.<name> (availability, count, synchronize, memory statistics).
     "accelerator_api": Spelling("{torch}.accelerator.{0}"),
     "manual_seed": Spelling("{torch}.manual_seed({0})"),
-    "autocast": Spelling('{torch}.autocast("tpu", dtype={torch}.bfloat16)'),
+    # The accelerator's type ("tpu" under TorchTPU), else the CPU's: a CPU-only torch has no "tpu" autocast, and
+    # the CPU's (disabled, or bf16 where the original chose bf16 there) trains as the original did.
+    "autocast": Spelling('{torch}.autocast({torch}.accelerator.current_accelerator().type if '
+                         '{torch}.accelerator.is_available() else "cpu", dtype={torch}.bfloat16)'),
     # A scaler that scales nothing, for scripts that still read one (get_scale(), a checkpoint's state);
     # disabled, it touches no device (it builds on a CPU-only torch too).
     "disabled_grad_scaler": Spelling('{torch}.amp.GradScaler("tpu", enabled=False)'),
@@ -270,6 +276,26 @@ _TORCHTPU = {
     "wait_device_ops": Spelling("{torch}.accelerator.synchronize()"),
     "accelerator_available": Spelling("{torch}.accelerator.is_available()"),
     "optimizer_class": Spelling("{torch}.optim.{0}"),
+    # xm.xla_device_hw(d): the hardware's name in capitals, "TPU" or "CPU" (TorchTPU's device types).
+    "device_hw": Spelling("{torch}.device({0}).type.upper()"),
+    # The xm form's data parallelism upgraded to DDP (transforms/torchtpu/xm_form_ddp.py): each worker joins
+    # the tpu_dist group (gloo without an accelerator: the CPU), the model is wrapped without device_ids, and
+    # the launch sets TorchTPU's variables (on a TPU) before mp.spawn starts one worker per device.
+    "join_process_group": Spelling('{dist}.init_process_group("tpu_dist" if {torch}.accelerator.is_available() '
+                                   'else "gloo")'),
+    # torch_xla's "xla" process group upgraded: tpu_dist, gloo without an accelerator (the CPU run here).
+    "process_group_backend_or_cpu": Spelling('"tpu_dist" if {torch}.accelerator.is_available() else "gloo"'),
+    "ddp_wrap": Spelling("{torch}.nn.parallel.DistributedDataParallel({0})"),
+    "worker_count": Spelling("{torch}.accelerator.device_count() if {torch}.accelerator.is_available() else 1"),
+    "on_tpu": Spelling('{torch}.accelerator.is_available() and {torch}.accelerator.current_accelerator().type == '
+                       '"tpu"'),
+    "launch_env": Spelling("{torch}.tpu.distributed.set_tpu_launch_env(nproc_per_node={0})"),
+    "spawn": Spelling("{mp}.spawn({0})"),
+    "barrier": Spelling("{dist}.barrier()"),
+    "all_reduce": Spelling("{dist}.all_reduce({0})"),
+    "broadcast": Spelling("{dist}.broadcast({0}, src={1})"),
+    # xm.all_gather(t): the ranks' tensors concatenated on dim 0 (torch.distributed.nn's keeps the gradient).
+    "all_gather": Spelling("{torch}.cat({dist_fn}.all_gather({0}))"),
 }
 
 TARGETS: dict[str, Target] = {
