@@ -4,8 +4,9 @@
 
 Shapes: ``functions`` (benchmarks/large_file.py's script: the example's model, train() and main() repeated
 under fresh names), ``imports`` (the example with its import block repeated before each copy, as a file
-concatenated from many scripts has), ``statements`` (one long function body of training statements),
-``nesting`` (the example's loop nested in classes and functions a few levels deep, repeated), and ``real``
+concatenated from many scripts has), ``statements`` (long function bodies of training statements, 500 kB
+each: a statement over 1 MB is refused), ``nesting`` (the example's loop nested in classes and functions a
+few levels deep, repeated), and ``real``
 (real scripts of the developers' corpus, ~/.cache/xla-migrate/corpus, concatenated: third-party code, built
 on the fly, never kept; ``from __future__`` lines dropped, since only a file's first statements may have them).
 """
@@ -50,17 +51,30 @@ def imports(size: int) -> str:
     return _repeat("", lambda i: header + _renamed(body, i), size)
 
 
+# A statement over 1,000,000 characters is refused (input_checks.MAX_STATEMENT_CHARS): the long function
+# starts again under a new name every STATEMENT_CHARS.
+STATEMENT_CHARS = 500_000
+
+
 def statements(size: int) -> str:
-    lines = ["import torch\n", "import torch.nn as nn\n\n\n", "def main():\n",
-             "    device = torch.device('cuda')\n", "    model = nn.Linear(8, 2).to(device)\n",
-             "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"]
+    head = ("    device = torch.device('cuda')\n    model = nn.Linear(8, 2).to(device)\n"
+            "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n")
     step = ("    x{i} = torch.randn(4, 8).cuda()\n"
             "    loss{i} = model(x{i}).sum()\n"
             "    optimizer.zero_grad()\n"
             "    loss{i}.backward()\n"
             "    optimizer.step()\n"
             "    print(loss{i}.item())\n")
-    return _repeat("".join(lines), lambda i: step.format(i=i), size) + "\n\nmain()\n"
+    per_function = STATEMENT_CHARS // len(step.format(i=10000))
+    parts = ["import torch\n", "import torch.nn as nn\n"]
+    total, index = sum(map(len, parts)), 0
+    while total < size:
+        part = (f"\n\ndef main{index // per_function}():\n" + head if index % per_function == 0 else "") + \
+            step.format(i=index)
+        parts.append(part)
+        total += len(part)
+        index += 1
+    return "".join(parts) + "".join(f"\n\nmain{k}()\n" for k in range(index // per_function + 1))
 
 
 def nesting(size: int) -> str:

@@ -92,8 +92,34 @@ print(__name__, __file__, len, UndefinedName, Alias.x)
 '''
 
 
+# Accesses before a local binding of their name (libcst hands them to the enclosing scope's bindings, a
+# builtin's included), and a name bound many times: the assignments' references are filled when first read
+# (issue 38), and must still be libcst's.
+EARLIER_ACCESSES = """\
+import torch
+import torch
+y = len
+def f(n):
+    torch.zeros(n), len(n), y
+    import torch
+    torch.ones(n)
+    len = 3
+    y = torch
+    def g():
+        return y, len, torch
+    return len, [torch for torch in range(n)], y
+class C:
+    x = y, torch
+    y = 1
+    torch = None
+    def m(self):
+        return y, torch, x
+import torch
+y = torch
+"""
+
 # Parsed when a test runs, not at collection: every xdist worker collects the whole suite.
-SYNTAX = {"scope_syntax": SCOPE_SYNTAX, "walk_syntax": EXTRA}
+SYNTAX = {"scope_syntax": SCOPE_SYNTAX, "walk_syntax": EXTRA, "earlier_accesses": EARLIER_ACCESSES}
 IDS = [*SYNTAX, *(str(path.relative_to(ROOT / "fixtures")) for path in SOURCES)]
 
 
@@ -295,3 +321,18 @@ def test_function_scopes_reading_a_module_name_share_one_referent_set():
                  for access in scope.accesses if access.node.value == "torch"]
     assert len(referents) == 20 and all(len(r) == 50 for r in referents)
     assert len({id(r) for r in referents}) == 1
+
+
+def test_references_are_filled_once_when_first_read():
+    """The references of a name's 300 bindings are not built until asked (issue 38), then are libcst's."""
+    source = "import torch\n" * 300 + "".join(f"def f{i}():\n    return torch.zeros({i})\n" for i in range(30))
+    module = cst.parse_module(source)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    found = scopes.resolve_scopes(wrapper)
+    module_scope = found[module.body[0]]
+    bindings = sorted(module_scope.assignments["torch"], key=lambda a: a._index)
+    assert all(not a._BaseAssignment__accesses for a in bindings)  # nothing built yet
+    _, their_scopes = _libcsts(cst.parse_module(source))
+    theirs = sorted(their_scopes[next(iter(their_scopes))].assignments["torch"], key=lambda a: a._index)
+    assert [len(a.references) for a in bindings] == [len(a.references) for a in theirs] == [30] * 300
+    assert bindings[0].references is bindings[0].references  # filled once

@@ -16,7 +16,7 @@ release that changes its visitors must fail there.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -30,6 +30,7 @@ from libcst.metadata.scope_provider import (
     Access,
     AnnotationScope,
     Assignment,
+    BaseAssignment,
     BuiltinAssignment,
     ClassScope,
     ComprehensionScope,
@@ -520,14 +521,82 @@ class _ScopeBuilder:
             referents.record(access, name)
             access.scope.record_access(name, access)
         for (scope, name), accesses in scope_name_accesses.items():
-            for assignment in scope._resolve_scope_for_access(name, scope):
-                if assignment.scope != scope:
-                    # libcst's record_accesses keeps the accesses "later" than the assignment: from another
-                    # scope, all of them (the group's accesses share one scope); without its per-access test
-                    assignment._BaseAssignment__accesses |= accesses
-                else:
-                    assignment.record_accesses(accesses)
+            _PendingReferences.record(scope, name, accesses)
         self.deferred = []
+
+
+class _PendingReferences:
+    """libcst's last step of ``infer_accesses``, ``assignment.record_accesses(accesses)`` for every assignment
+    a group of accesses (one scope, one name) may read, done when an assignment's ``references`` is first read.
+
+    Done for every assignment, it grew with the square of the input: each binding of a name holds every later
+    access of it, so a file concatenated from scripts with 322 ``import torch`` lines held 322 copies of
+    every access of ``torch`` (2.37 million entries in 5 MB of real scripts), and the rules read the references
+    of a few assignments (issue 38). Here each group is kept once, on the scope that holds the assignments it
+    reads (``scope.__dict__[_PENDING]``: name -> the groups), and ``references`` (``_references`` below, in
+    place of libcst's property) fills an assignment's set from them the first time it is read, with what
+    ``record_accesses`` would have added: from another scope, every access of the group; from the same scope,
+    the accesses after the assignment. What ``record_accesses`` hands on, the accesses of a local scope before
+    its assignments, goes to the parent scope's assignments of the name as libcst's does, as a group of its
+    own (read from another scope: all of it). tests/test_scopes.py checks every assignment's references
+    against libcst's."""
+
+    @staticmethod
+    def record(scope: Scope, name: str, accesses: set[Access]) -> None:
+        assignments = scope._resolve_scope_for_access(name, scope)
+        if not assignments:
+            return
+        owner = next(iter(assignments)).scope  # a name's assignments are all of the scope that holds them
+        if owner != scope:
+            _PendingReferences._keep(owner, name, (accesses, None, None))
+            return
+        ordered = sorted(accesses, key=lambda access: access._index)
+        indexes = [access._index for access in ordered]
+        _PendingReferences._keep(owner, name, (accesses, indexes, ordered))
+        # record_accesses hands each assignment's earlier accesses to the parent scope's assignments of the
+        # name; together, the accesses up to the last assignment (libcst asks the parent once per assignment)
+        last = max(assignment._index for assignment in assignments)
+        earlier = ordered[:bisect_right(indexes, last)]
+        if earlier and scope.parent != scope:
+            shadowed = scope.parent[name]
+            if shadowed:
+                _PendingReferences._keep(next(iter(shadowed)).scope, name, (set(earlier), None, None))
+
+    @staticmethod
+    def _keep(owner: Scope, name: str, group: tuple) -> None:
+        pending = owner.__dict__.get(_PENDING)
+        if pending is None:
+            pending = owner.__dict__[_PENDING] = {}
+        pending.setdefault(name, []).append(group)
+
+    @staticmethod
+    def fill(assignment, pending: dict) -> None:
+        groups = pending.get(assignment.name)
+        if not groups or assignment.__dict__.get(_PENDING):
+            return
+        assignment.__dict__[_PENDING] = True
+        references = assignment._BaseAssignment__accesses
+        for accesses, indexes, ordered in groups:
+            if indexes is None:
+                references |= accesses
+            else:
+                references.update(ordered[bisect_right(indexes, assignment._index):])
+
+
+_PENDING = "_xla_migrate_pending_references"
+_libcst_references = BaseAssignment.references
+
+
+def _references(self):
+    """libcst's ``BaseAssignment.references``, its pending groups added first (``_PendingReferences``)."""
+    pending = self.scope.__dict__.get(_PENDING)
+    if pending is not None:
+        _PendingReferences.fill(self, pending)
+    return self._BaseAssignment__accesses
+
+
+_references.__doc__ = (_libcst_references.__doc__ or "") + "\n\n" + (_references.__doc__ or "")
+BaseAssignment.references = property(_references)
 
 
 class _SharedReferents:

@@ -63,6 +63,7 @@ class StepModel(CallPaths, GradientReductions):
         self._collective_sites: dict[cst.CSTNode, list[BarrierSite]] = {}
         self._module_classes = not_steps.module_classes(ctx, collector.classes)
         self._import_time = not_steps.import_time_module(ctx)
+        self._fabric_updates: tuple[int, dict[int, cst.CSTNode]] | None = None
         self._classify()
         self._tensor_names: dict[object, set[str]] = {}
 
@@ -533,8 +534,13 @@ class StepModel(CallPaths, GradientReductions):
     def fabric_update(self, node: cst.CSTNode) -> bool:
         """``node`` is an update of a step Lightning Fabric owns (``optimizer.step()`` after
         ``fabric.backward(loss)``): XLA204 leaves it as it is."""
-        return any(self.fabric_owned(step) and any(e.kind == STEP and e.node is node for e in step.events)
-                   for step in self.loops.values() if step.kind == "train")
+        # The updates of every such step, found once (asked for every call of the module, a walk of every
+        # loop's events each time grew with the square of the module; issue 38); again if loops were added.
+        if self._fabric_updates is None or self._fabric_updates[0] != len(self.loops):
+            updates = {id(e.node): e.node for step in self.loops.values() if step.kind == "train"
+                       and self.fabric_owned(step) for e in step.events if e.kind == STEP}
+            self._fabric_updates = (len(self.loops), updates)
+        return self._fabric_updates[1].get(id(node)) is node
 
     def after_step_end(self, node: cst.CSTNode, region: Region) -> bool:
         """``node`` runs after the step's graph ran: after a barrier in the same block of the loop body, or
