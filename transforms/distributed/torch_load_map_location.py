@@ -14,8 +14,10 @@ What it does:
     move the loaded tensors to the device. The device's string or type (``str(device)``, ``f"{device}"``,
     ``device.type``) counts as the device. Applies to every script, distributed or not.
 
-    A ``torch.load`` without a ``map_location`` in a migrated script gets ``map_location="cpu"`` too (not in
-    code that already runs on XLA, whose checkpoints ``xm.save`` wrote on the CPU): without one, torch
+    A ``torch.load`` without a ``map_location`` whose value goes into ``load_state_dict`` gets
+    ``map_location="cpu"`` too (not in code that already runs on XLA, whose checkpoints ``xm.save`` wrote on
+    the CPU; not a whole pickled module used as loaded, which the program may have saved from the XLA device
+    itself and must get back there, TCN's ``model = torch.load(f)``): without one, torch
     restores each storage onto the device it was saved from, and what a CUDA program saved (its own
     checkpoints, a published pretrained model) names a CUDA device that an XLA host does not have ("Attempting
     to deserialize object on a CUDA device but torch.cuda.is_available() is False").
@@ -87,6 +89,10 @@ class TorchLoadMapLocation(Rule):
         """``torch.load(f)``: storages go back to the device they were saved from, CUDA's in a CUDA program."""
         positional = patterns.positional(node)
         if self.ctx.facts.runs_on_xla or any(arg.star for arg in node.args) or not positional:
+            return
+        if not self._feeds_state_dict(node):
+            # A whole pickled module or tensor used as loaded: the program's own torch.save(model) of XLA tensors
+            # loads back onto the device (TCN's word_cnn_test.py); on the CPU it would meet XLA inputs.
             return
         at = [i for i, arg in enumerate(node.args) if arg is positional[0]][0] + 1
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
