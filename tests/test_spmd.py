@@ -143,3 +143,12 @@ def test_an_fsdp_import_alone_or_another_fully_shard_is_not_reported():
     source = ("from torch.distributed.fsdp import FullyShardedDataParallel as FSDP\n"
               "def fully_shard(m):\n    return m\nfully_shard(1)\n")
     assert [f for f in migrate(source, target="2.9").findings if f.code == "XLA415"] == []
+
+
+def test_a_relative_import_is_not_a_policy_import():
+    # `from . import util` has no module name: XLA415's look for torch's wrap-policy imports raised (an internal
+    # error on every module of a package that imports its siblings this way, caught by the review fixtures).
+    source = "from . import util\nimport torch\n\n\nmodel = torch.nn.Linear(2, 2).cuda()\n"
+    for form in (None, "spmd"):
+        result = migrate(source, target="2.9", data_parallel=form)
+        assert result.error is None and "cuda()" not in result.code, result.error

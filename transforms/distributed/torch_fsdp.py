@@ -103,9 +103,10 @@ class TorchFsdp(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._fully_shards: list[tuple[cst.Call, frozenset[str]]] = []
-        self._policy_imports = [node for node in ctx.module.body if isinstance(node, cst.SimpleStatementLine)
-                                for node in node.body if isinstance(node, cst.ImportFrom)
-                                and patterns.code_of(node.module or cst.Name("")) == _TORCH_WRAP]
+        # (``from . import x`` has no module name)
+        self._policy_imports = [small for line in ctx.module.body if isinstance(line, cst.SimpleStatementLine)
+                                for small in line.body if isinstance(small, cst.ImportFrom)
+                                and small.module is not None and patterns.code_of(small.module) == _TORCH_WRAP]
         self._policies_move = False
 
     def _policies_map(self) -> bool:
