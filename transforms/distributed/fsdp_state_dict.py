@@ -81,22 +81,17 @@ class FsdpStateDict(Rule):
         """Names the FSDP wrap is assigned to (``model = FSDP(model, ...)``) or fully_shard is called on, with
         where the (first) wrap is: only later calls see the wrapper."""
         names: dict[str, tuple[int, int]] = {}
-        rule = self
-
-        class Finder(cst.CSTVisitor):
-            def visit_Assign(self, node: cst.Assign) -> None:
-                if isinstance(node.value, cst.Call) and fsdp_call(rule.ctx.qualnames(node.value.func)) == "FSDP1":
+        ctx = self.ctx
+        for node in patterns.find_all(module, lambda n: isinstance(n, (cst.Assign, cst.Call))):
+            if isinstance(node, cst.Assign):
+                if isinstance(node.value, cst.Call) and fsdp_call(ctx.qualnames(node.value.func)) == "FSDP1":
                     for target in node.targets:
                         if isinstance(target.target, cst.Name):
-                            names.setdefault(target.target.value, rule.ctx.position(node))
-
-            def visit_Call(self, node: cst.Call) -> None:
-                if fsdp_call(rule.ctx.qualnames(node.func)) == "FSDP2":
-                    first = _arg(node, 0, "module")
-                    if first is not None and isinstance(first.value, cst.Name):
-                        names.setdefault(first.value.value, rule.ctx.position(node))
-
-        module.visit(Finder())
+                            names.setdefault(target.target.value, ctx.position(node))
+            elif fsdp_call(ctx.qualnames(node.func)) == "FSDP2":
+                first = _arg(node, 0, "module")
+                if first is not None and isinstance(first.value, cst.Name):
+                    names.setdefault(first.value.value, ctx.position(node))
         return names
 
     def visit_With(self, node: cst.With) -> None:

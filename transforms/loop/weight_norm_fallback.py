@@ -101,9 +101,10 @@ class WeightNormCpuFallback(Rule):
         torch = self.ctx.local_name("torch", "torch")
         importlib = self.ctx.local_name("importlib", "importlib")
         weight = 'getattr(module, hook.name + "_{}")'
+        indent = self.ctx.module.default_indent  # the continuation lines follow the file's own indentation
         code = (f'{importlib}.import_module("{HOOK_MODULE}").WeightNorm.compute_weight = lambda hook, module: (\n'
-                f"    {weight.format('v')}\n"
-                f"    * ({weight.format('g')} / {torch}.norm_except_dim({weight.format('v')}, 2, hook.dim)))\n")
+                f"{indent}{weight.format('v')}\n"
+                f"{indent}* ({weight.format('g')} / {torch}.norm_except_dim({weight.format('v')}, 2, hook.dim)))\n")
         statement = cst.parse_statement(code).with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(COMMENT))])
         line = self.ctx.position(self._hook_call)[0]
