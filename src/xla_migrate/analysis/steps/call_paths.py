@@ -22,8 +22,6 @@ class CallPaths:
     """``StepModel``'s call resolution (see the module docstring)."""
 
     MAX_DEPTH = 6  # calls followed from a loop body
-    _passing_depth = 0
-    _call_index: tuple | None = None
 
     # Callees -----------------------------------------------------------------------------------------------
     def callee(self, call: cst.Call) -> cst.FunctionDef | None:

@@ -50,6 +50,8 @@ class StepModel(CallPaths, GradientReductions):
         self._instances_by_name: dict[str, set[str]] | None = None
         self._resolving: set[tuple[Function, str]] = set()
         self._passed: dict[tuple[cst.FunctionDef, str], list[tuple[cst.BaseExpression, Function]]] = {}
+        self._passing_depth = 0  # passed_arguments' nesting (call_paths.MAX_PASSING_DEPTH)
+        self._call_index: tuple | None = None  # the module's calls by name, built on first need (call_paths.py)
         self._called_from_steps: dict[cst.FunctionDef, tuple] | None = None
         self._backward_sites: dict[Function, list[cst.CSTNode]] = {}
         self.loops: dict[Loop, StepLoop] = {}
