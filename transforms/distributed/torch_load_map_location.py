@@ -46,7 +46,7 @@ from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import is_cuda_device_expr, is_xla_device_expr
 from xla_migrate.analysis.values import bound_values
 from xla_migrate.engine.rule import ALL_TARGETS, Rule
-from xla_migrate.transforms.common import short
+from xla_migrate.transforms.common import keyword_arg, short
 
 LOADS = ("torch.load", "torch.serialization.load")
 # Helpers that return the process's device (guided-diffusion's dist_util.dev(), get_device()).
@@ -96,9 +96,7 @@ class TorchLoadMapLocation(Rule):
             return
         at = [i for i, arg in enumerate(node.args) if arg is positional[0]][0] + 1
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        cpu = cst.Arg(keyword=cst.Name("map_location"), value=cst.SimpleString('"cpu"'),
-                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                            whitespace_after=cst.SimpleWhitespace("")))
+        cpu = keyword_arg("map_location", cst.SimpleString('"cpu"'))
 
         def mapped(updated: cst.Call) -> cst.Call:
             args = list(updated.args)

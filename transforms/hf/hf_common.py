@@ -7,6 +7,7 @@ import libcst as cst
 
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.context import MigrationContext
+from xla_migrate.transforms.common import keyword_arg
 
 # TrainingArguments and the subclasses that take the same arguments.
 TRAINING_ARGS = (
@@ -87,9 +88,7 @@ def parsers_of_training_args(ctx: MigrationContext, node: cst.Assign, local: set
 
 def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
     """``call`` with ``name=value`` appended as its last argument, laid out like the arguments before it."""
-    new = cst.Arg(value=value, keyword=cst.Name(name),
-                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                        whitespace_after=cst.SimpleWhitespace("")))
+    new = keyword_arg(name, value)
     args = list(call.args)
     if not args:
         return call.with_changes(args=[new])
