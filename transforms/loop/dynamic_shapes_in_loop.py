@@ -73,6 +73,8 @@ PAD_FIX = ("pad every batch to one fixed length (the dataset's maximum: pad_sequ
            "lengths; mask the padding in the model")
 SLICE_FIX = ("keep the tensor on the host and move each slice to the device (x[i:i + n].to(device)): the batch "
              "then has the same shape every step and the slicing costs no graph")
+DECODE_FIX = ("keep the batch at its full size and mask the finished rows (tokens = torch.where(done, END, tokens)): "
+              "one graph for every token")
 WINDOW_FIX = ("keep the corpus on the host and move each window (the helper slices the CPU tensor, then "
               ".to(device)), or gather with a device index (source.index_select(1, offsets + i_tensor)) so the "
               "offset is data, not a constant of the graph")
@@ -224,7 +226,12 @@ class DynamicShapesInLoop(Rule):
                                     f"{corpus.producer.name.value}() put on the device, at a new offset every "
                                     "step: a new graph per offset", SLICE_FIX)
         for piece in shapes.offset_slices(ctx):
-            if piece not in reported:
+            region = ctx.steps.region(piece)
+            if piece not in reported and region is not None and ctx.steps.is_decode_loop(region.step):
+                self.finding(piece, f"{short(piece)}: a slice to a length that changes as rows finish (the decode "
+                                    f"loop at line {ctx.position(region.step.loop)[0]}): a new graph per live "
+                                    "batch size", DECODE_FIX)
+            elif piece not in reported:
                 self.finding(piece, f"{short(piece)}: a slice of a device tensor at an offset that changes every "
                                     "step: the offsets are constants of the graph, a new graph per offset",
                              SLICE_FIX)

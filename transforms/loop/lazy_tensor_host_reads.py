@@ -84,6 +84,9 @@ from xla_migrate.transforms.loop import host_tensors
 
 ACCUMULATE = ("keep the running value on the device (total += loss.detach()) and read it once after the loop "
               "or every N steps, or log it through xm.add_step_closure")
+DECODE = ("keep the batch fixed and mask the finished rows (tokens = torch.where(done, END, tokens)) instead of "
+          "slicing them away, keep the tokens on the device and read them once after the loop, and test a device-side "
+          "done.all() every N tokens")
 FOREIGN = ("keep the value on the device (masks from the lengths, a fixed maximum length: torch.arange(MAX_LEN) < "
            "lengths[:, None]) so the forward has one shape, or compute it on the host before the batch moves")
 ROLLOUT = ("the read is needed (the environment runs on the host): act with a CPU copy of the policy (load its "
@@ -121,6 +124,8 @@ class LazyTensorHostReads(Rule):
         """How often the read runs (``every step``, ``every evaluation batch``, ``every eval_interval steps``
         under ``if step % eval_interval == 0``) and the call path it runs through."""
         every = "every step" if region.step.kind == "train" else "every evaluation batch"
+        if self.ctx.steps.is_decode_loop(region.step):
+            every = f"every token of the decode loop at line {self.ctx.position(region.step.loop)[0]}"
         where = steps.describe_path(self.ctx, region)
         sometimes = host_tensors.interval(self.ctx, node, region) if region.step.kind == "train" else ""
         if sometimes:
@@ -162,7 +167,8 @@ class LazyTensorHostReads(Rule):
             if kept:
                 self._report(node, region, kept[1], f"kept in place ({kept[0]}): reads a tensor's value to the host")
                 return
-            self._report(node, region, ACCUMULATE, "reads a tensor's value to the host")
+            fix = DECODE if self.ctx.steps.is_decode_loop(region.step) else ACCUMULATE
+            self._report(node, region, fix, "reads a tensor's value to the host")
 
     def _foreign(self, node: cst.Call) -> None:
         """A read in a function a loop of another module runs every step (the project index: the forward

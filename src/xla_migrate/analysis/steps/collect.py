@@ -294,6 +294,17 @@ def is_model_call(node: cst.Call, ctx: MigrationContext) -> bool:
     return name in ctx.facts.ddp_models or is_model_name(name)
 
 
+def runs_a_submodule(node: cst.Call, ctx: MigrationContext, submodules: set[str]) -> bool:
+    """``decoder.cell(h)``, ``decoder.out(h)``: a submodule of a model called on its own, as a decode loop does
+    (the model's ``forward`` never runs); ``submodules`` are the attributes the module's torch module classes
+    set to objects (``self.cell = nn.GRUCell(...)``)."""
+    func = node.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in submodules:
+        return False
+    owner = patterns.dotted_name(func.value)
+    return owner is not None and (owner in ctx.facts.ddp_models or is_model_name(owner))
+
+
 def is_optimizer_name(name: str) -> bool:
     """A name that says it holds an optimizer (``optimizer``, ``optim_g``, ``opt``)."""
     return bool(_OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]))

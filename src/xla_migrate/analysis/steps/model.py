@@ -14,7 +14,7 @@ from ...syntax import patterns
 from ..facts import DATALOADERS, DEVICE_LOADERS
 from .call_paths import CallPaths
 from . import host_batch, not_steps
-from .collect import _Collector, _receiver, is_model_call
+from .collect import _Collector, _receiver, is_model_call, runs_a_submodule
 from .epoch_reads import RepeatedRead, repeated_reads
 from .host_reads import _HostReadPlan
 from .library_training import fabric_backward
@@ -66,6 +66,7 @@ class StepModel(CallPaths, GradientReductions):
         self._module_classes = not_steps.module_classes(ctx, collector.classes)
         self._import_time = not_steps.import_time_module(ctx)
         self._fabric_updates: tuple[int, dict[int, cst.CSTNode]] | None = None
+        self._submodule_calls_run_forward()
         self._classify()
         self._tensor_names: dict[object, set[str]] = {}
 
@@ -82,6 +83,26 @@ class StepModel(CallPaths, GradientReductions):
                 return True
             current = self._c.function_parent.get(current)
         return False
+
+    def _submodule_calls_run_forward(self) -> None:
+        """A call of a model's submodule (``decoder.cell(...)`` in a greedy decode loop) runs a forward: the loop
+        is an evaluation step like one calling ``decoder(...)`` (issue 30: its reads were left unreported)."""
+        submodules = {attribute for (owner, attribute), held in self._c.self_instances.items()
+                      if owner in self._module_classes and held[:1].isupper()}
+        self._submodule_forwards: set[cst.CSTNode] = set()
+        if not submodules:
+            return
+        for raws in self._c.raw.values():
+            for raw in raws:
+                if raw.kind == CALL and runs_a_submodule(raw.node, self.ctx, submodules):  # type: ignore[arg-type]
+                    raw.kind = FORWARD
+                    self._submodule_forwards.add(raw.node)
+
+    def is_decode_loop(self, step: StepLoop) -> bool:
+        """An evaluation loop that runs a model's submodules one call at a time (a greedy or beam decode: each
+        iteration makes one token from the last)."""
+        return step.kind == "eval" and any(e.kind == FORWARD and e.node in self._submodule_forwards
+                                           for e in step.events)
 
     def _classify(self) -> None:
         candidates: dict[Loop, list[Event]] = {}
