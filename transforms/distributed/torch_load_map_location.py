@@ -20,7 +20,9 @@ What it does:
     itself and must get back there, TCN's ``model = torch.load(f)``): without one, torch
     restores each storage onto the device it was saved from, and what a CUDA program saved (its own
     checkpoints, a published pretrained model) names a CUDA device that an XLA host does not have ("Attempting
-    to deserialize object on a CUDA device but torch.cuda.is_available() is False").
+    to deserialize object on a CUDA device but torch.cuda.is_available() is False"). So does a load of whole
+    pickled models read out of it (``decoder = checkpoint["decoder"]``) when every one of them is moved with
+    ``.to(device)`` before use (image captioning's eval.py).
 
 Why:
     There is no CUDA device on XLA, so a CUDA ``map_location`` fails, and ``torch.load`` cannot restore
@@ -90,7 +92,8 @@ class TorchLoadMapLocation(Rule):
         positional = patterns.positional(node)
         if self.ctx.facts.runs_on_xla or any(arg.star for arg in node.args) or not positional:
             return
-        if not self._feeds_state_dict(node):
+        moved = not self._feeds_state_dict(node)
+        if moved and not self._models_moved_after(node):
             # A whole pickled module or tensor used as loaded: the program's own torch.save(model) of XLA tensors
             # loads back onto the device (TCN's word_cnn_test.py); on the CPU it would meet XLA inputs.
             return
@@ -108,9 +111,45 @@ class TorchLoadMapLocation(Rule):
                 args[at - 1] = first.with_changes(comma=comma, whitespace_after_arg=cst.SimpleWhitespace(""))
             return updated.with_changes(args=[*args[:at], new, *args[at:]])
 
+        then = ("the program's .to(device) moves the models it holds" if moved else
+                "load_state_dict puts its tensors on the XLA device")
         self.replace(node, mapped, f"{short(node)}: map_location=\"cpu\" added (a checkpoint a CUDA run saved "
-                     "names a CUDA device, which an XLA host lacks; load_state_dict or .to(device) puts its "
-                     "tensors on the XLA device)")
+                     f"names a CUDA device, which an XLA host lacks; {then})")
+
+    def _models_moved_after(self, node: cst.Call) -> bool:
+        """``checkpoint = torch.load(path)`` ... ``decoder = checkpoint["decoder"]`` ... ``decoder =
+        decoder.to(device)``: whole pickled models read out of the checkpoint, each moved to the device before
+        use (image captioning's eval.py), so loading them on the CPU changes nothing on XLA. Every model read out
+        of it must be moved: one used as loaded stays where it was saved (TCN's own XLA save)."""
+        parent = self.ctx.parent(node)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1
+                and isinstance(parent.targets[0].target, cst.Name)):
+            return False
+        scope = self.ctx.scopes.get(parent.targets[0].target)
+        if scope is None:
+            return False
+        pulled = set()
+        for access in scope.accesses[parent.targets[0].target.value]:
+            subscript = self.ctx.parent(access.node)
+            assign = self.ctx.parent(subscript) if isinstance(subscript, cst.Subscript) else None
+            if (isinstance(assign, cst.Assign) and assign.value is subscript and len(assign.targets) == 1
+                    and isinstance(assign.targets[0].target, cst.Name)):
+                pulled.add(assign.targets[0].target.value)
+        used: dict[str, set[str]] = {name: set() for name in pulled}  # name -> how: "moved", "model"
+        for access in (a for name in pulled for a in scope.accesses[name]):
+            attribute = self.ctx.parent(access.node)
+            call = self.ctx.parent(attribute)
+            name = access.node.value  # type: ignore[attr-defined]
+            if isinstance(attribute, cst.Attribute) and isinstance(call, cst.Call) and call.func is attribute:
+                method = attribute.attr.value
+                if method in ("to", "cuda"):
+                    used[name].add("moved")
+                elif method in ("eval", "train", "parameters", "forward", "half", "float"):
+                    used[name].add("model")
+            elif isinstance(attribute, cst.Call) and attribute.func is access.node:
+                used[name].add("model")
+        models = [how for how in used.values() if how]
+        return bool(models) and all("moved" in how for how in models)
 
     def _is_cuda(self, node: cst.BaseExpression, depth: int = 0) -> bool:
         """``node`` names a device that is the XLA device after the migration (or a mapping onto one)."""
