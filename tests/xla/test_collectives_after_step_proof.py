@@ -11,12 +11,8 @@ loss and rank 0 the reduced sum per step, and the values must agree.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 import xla_proof as xp
@@ -67,28 +63,6 @@ def _values(stdout: str) -> dict[str, float]:
             re.findall(r"(replica \d+ step \d+ loss|step \d+ reduced) (-?\d+\.\d{6})", stdout)}
 
 
-def _gloo_run(python: Path) -> str:
-    """The original on plain torch: two processes on the gloo backend (its CUDA calls taken off, nothing else)."""
-    source = ORIGINAL.replace('"nccl"', '"gloo"').replace(".cuda()", "")
-    workdir = Path(tempfile.mkdtemp(prefix="xla-proof-collectives-gloo-"))
-    xp.WORKDIRS.append(workdir)
-    (workdir / "original.py").write_text(source)
-    port = str(xp.free_port())
-    processes = []
-    for rank in (0, 1):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "TPU_"))}
-        env.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=port, OMP_NUM_THREADS="1")
-        processes.append(subprocess.Popen([str(python), "original.py"], cwd=workdir, env=env, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outputs = []
-    for process in processes:
-        stdout, stderr = process.communicate(timeout=120)
-        assert process.returncode == 0, stderr[-3000:]
-        outputs.append(stdout)
-    return "".join(outputs)
-
-
 def test_a_reduce_after_the_step_runs_on_both_replicas_with_the_originals_values():
     python = xp.require_env("current")
     result = migrate(ORIGINAL, target="2.9", data_parallel="xm")
@@ -101,7 +75,7 @@ def test_a_reduce_after_the_step_runs_on_both_replicas_with_the_originals_values
                                    "XLA_ENABLE_PARAM_ALIASING": "0"})
     xp.RECORD.append(("current", "collectives after the step (2 replicas)", two))
     assert two.returncode == 0, two.describe()
-    migrated, original = _values(two.stdout), _values(_gloo_run(python))
+    migrated, original = _values(two.stdout), _values(xp.gloo_run(python, ORIGINAL, "collectives"))
     assert len(original) == 12 and set(migrated) == set(original), (two.stdout, original)
     for key, value in original.items():
         assert abs(migrated[key] - value) <= 1e-4 * max(1.0, abs(value)), (key, migrated[key], value)

@@ -21,9 +21,7 @@ on plain torch with two gloo processes.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import tempfile
 import textwrap
 from pathlib import Path
@@ -98,27 +96,6 @@ def _graphs(path: Path) -> list[tuple[str, int]]:
     return found
 
 
-def _gloo_run(python: Path) -> str:
-    source = ORIGINAL.replace('"nccl"', '"gloo"').replace(".cuda()", "")
-    workdir = Path(tempfile.mkdtemp(prefix="xla-proof-logging-gloo-"))
-    xp.WORKDIRS.append(workdir)
-    (workdir / "original.py").write_text(source)
-    port = str(xp.free_port())
-    processes = []
-    for rank in (0, 1):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "TPU_"))}
-        env.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=port, OMP_NUM_THREADS="1")
-        processes.append(subprocess.Popen([str(python), "original.py"], cwd=workdir, env=env, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outputs = []
-    for process in processes:
-        stdout, stderr = process.communicate(timeout=120)
-        assert process.returncode == 0, stderr[-3000:]
-        outputs.append(stdout)
-    return "".join(outputs)
-
-
 def test_logging_and_gather_collectives_run_in_the_same_graphs_on_both_replicas():
     python = xp.require_env("current")
     result = migrate(ORIGINAL, target="2.9", data_parallel="xm")
@@ -143,7 +120,7 @@ def test_logging_and_gather_collectives_run_in_the_same_graphs_on_both_replicas(
     assert len(with_collectives[0]) == 11 and all(trigger == "sync" for trigger, _ in with_collectives[0]), replicas
     assert len(replicas[1]) == 11, replicas  # off dst: nothing else ran
     assert len(replicas[0]) == 13, replicas  # dst: plus its copies, twice, in graphs with no collective
-    migrated, original = _values(two.stdout), _values(_gloo_run(python))
+    migrated, original = _values(two.stdout), _values(xp.gloo_run(python, ORIGINAL, "logging"))
     assert len(original) == 12 + 3 + 4 and set(migrated) == set(original), (two.stdout, original)
     for key, value in original.items():
         assert abs(migrated[key] - value) <= 1e-4 * max(1.0, abs(value)), (key, migrated[key], value)

@@ -220,6 +220,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def gloo_run(python: Path, source: str, label: str, world: int = 2) -> str:
+    """A torchrun-style CUDA original on plain torch: ``world`` processes on the gloo backend (its ``"nccl"`` and
+    ``.cuda()`` taken off, nothing else); their stdout, joined (each process's lines together)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"xla-proof-{label}-gloo-"))
+    WORKDIRS.append(workdir)
+    (workdir / "original.py").write_text(source.replace('"nccl"', '"gloo"').replace(".cuda()", ""))
+    port = str(free_port())
+    processes = []
+    for rank in range(world):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "TPU_"))}
+        env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port, OMP_NUM_THREADS="1")
+        processes.append(subprocess.Popen([str(python), "original.py"], cwd=workdir, env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outputs = []
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr[-3000:]
+        outputs.append(stdout)
+    return "".join(outputs)
+
+
 def run_script(python: Path, source: str, label: str, *, xla: bool, distributed: bool = False,
                extra_env: dict[str, str] | None = None, timeout: float = 180,
                companions: dict[str, str] | None = None) -> Run:
