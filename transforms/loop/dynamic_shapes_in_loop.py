@@ -21,7 +21,9 @@ What it does:
     loop whose bounds come from the loop's variables (``data[i:i + bs]``), also through a helper the step calls
     with a device tensor and the loop's offset (TCN's ``get_batch(train_data, i, args)`` slicing ``source[:,
     i:i + seq_len]``; a function of this module, or of another project module from the project index): at the
-    call, naming the slice. Host-random geometry on the step's
+    call, naming the slice; in a decode loop (an evaluation loop calling a model's submodules one by one), a slice
+    to the rows still alive (``h[: len(alive)]``) is a new graph per live batch size, with the fix to keep the
+    batch and mask the finished rows. Host-random geometry on the step's
     device tensors (``transforms/loop/host_random_geometry.py``): a slice whose bounds a ``random.*`` /
     ``np.random.*`` draw gives (a random crop in the step, or a helper the step calls: reported at the call,
     naming the slice; a helper of another project module too, from the project index), and timm's ``Mixup`` with CutMix (``cutmix_alpha`` not 0) or torchvision's

@@ -40,7 +40,11 @@ What it does:
     the loop is not (it runs once). After the step's barrier a read of a value is free, but a read of a
     computation on the step's tensors (``loss_dict[k].mean().item()``) runs one more graph: reported when no
     rule moves it. ``torch.cuda.synchronize()`` in every step (``xm.wait_device_ops()`` on XLA) is reported
-    too: the host then waits for the device each step.
+    too: the host then waits for the device each step. A greedy or beam decode loop that calls a model's
+    submodules one by one (``h = decoder.cell(decoder.embed(tokens), h)``, ``decoder.out(h).argmax(1)``, with
+    ``self.cell = nn.GRUCell(...)`` in the module's class) is an evaluation loop: its reads say ``every token
+    of the decode loop at line N`` and the fix keeps the batch fixed, masks the finished rows
+    (``torch.where(done, END, tokens)``) and reads the tokens once after the loop.
 
     Not reads (issue 33): a tensor built on the CPU (a torch factory without ``device=``, ``losses =
     torch.zeros(eval_iters)`` filled with ``.item()``), what is computed from it without a move
