@@ -42,6 +42,33 @@ def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
                                          whitespace_after=cst.SimpleWhitespace("")))
 
 
+def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression, at: int | None = None) -> cst.Call:
+    """``call`` with ``name=value`` inserted before its argument ``at`` (appended when None), laid out like the
+    arguments before it: the argument before it gives its comma (with a line break, when it has one) to the new
+    one and takes the separator the call already uses."""
+    new = keyword_arg(name, value)
+    args = list(call.args)
+    at = len(args) if at is None else at
+    if at == 0:  # first: it takes a plain separator of its own
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if args else cst.MaybeSentinel.DEFAULT
+        return call.with_changes(args=[new.with_changes(comma=comma), *args])
+    before = args[at - 1]
+    if at >= 2 and isinstance(args[at - 2].comma, cst.Comma):
+        separator = args[at - 2].comma
+    elif isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        separator = cst.Comma(whitespace_after=call.whitespace_before_args)
+    else:
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if isinstance(before.comma, cst.Comma):
+        # A comma after it (a trailing one too): the new argument takes it (and the line break that follows).
+        new = new.with_changes(comma=before.comma)
+        before = before.with_changes(comma=separator)
+    else:
+        new = new.with_changes(whitespace_after_arg=before.whitespace_after_arg)
+        before = before.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+    return call.with_changes(args=[*args[:at - 1], before, new, *args[at:]])
+
+
 def joined(args: list[cst.Arg]) -> list[cst.Arg]:
     """Args on one line, ``a, b=c``, whatever commas they carried before."""
     comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

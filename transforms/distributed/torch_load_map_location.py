@@ -48,7 +48,7 @@ from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import is_cuda_device_expr, is_xla_device_expr
 from xla_migrate.analysis.values import bound_values
 from xla_migrate.engine.rule import ALL_TARGETS, Rule
-from xla_migrate.transforms.common import keyword_arg, short
+from xla_migrate.transforms.common import short, with_keyword
 
 LOADS = ("torch.load", "torch.serialization.load")
 # Helpers that return the process's device (guided-diffusion's dist_util.dev(), get_device()).
@@ -98,22 +98,11 @@ class TorchLoadMapLocation(Rule):
             # loads back onto the device (TCN's word_cnn_test.py); on the CPU it would meet XLA inputs.
             return
         at = [i for i, arg in enumerate(node.args) if arg is positional[0]][0] + 1
-        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        cpu = keyword_arg("map_location", cst.SimpleString('"cpu"'))
-
-        def mapped(updated: cst.Call) -> cst.Call:
-            args = list(updated.args)
-            first = args[at - 1]
-            if isinstance(first.comma, cst.Comma):  # the new argument takes the same comma (a line break too)
-                new = cpu.with_changes(comma=first.comma)
-            else:  # the last argument: what followed it (a line break before ")") follows the new one
-                new = cpu.with_changes(whitespace_after_arg=first.whitespace_after_arg)
-                args[at - 1] = first.with_changes(comma=comma, whitespace_after_arg=cst.SimpleWhitespace(""))
-            return updated.with_changes(args=[*args[:at], new, *args[at:]])
-
+        cpu = cst.SimpleString('"cpu"')
         then = ("the program's .to(device) moves the models it holds" if moved else
                 "load_state_dict puts its tensors on the XLA device")
-        self.replace(node, mapped, f"{short(node)}: map_location=\"cpu\" added (a checkpoint a CUDA run saved "
+        self.replace(node, lambda updated: with_keyword(updated, "map_location", cpu, at),
+                     f"{short(node)}: map_location=\"cpu\" added (a checkpoint a CUDA run saved "
                      f"names a CUDA device, which an XLA host lacks; {then})")
 
     def _models_moved_after(self, node: cst.Call) -> bool:

@@ -7,7 +7,6 @@ import libcst as cst
 
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.context import MigrationContext
-from xla_migrate.transforms.common import keyword_arg
 
 # TrainingArguments and the subclasses that take the same arguments.
 TRAINING_ARGS = (
@@ -84,29 +83,6 @@ def parsers_of_training_args(ctx: MigrationContext, node: cst.Assign, local: set
                 if name is not None:
                     found[name] = index
     return found
-
-
-def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
-    """``call`` with ``name=value`` appended as its last argument, laid out like the arguments before it."""
-    new = keyword_arg(name, value)
-    args = list(call.args)
-    if not args:
-        return call.with_changes(args=[new])
-    last = args[-1]
-    if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
-        separator = args[-2].comma
-    elif isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
-        separator = cst.Comma(whitespace_after=call.whitespace_before_args)
-    else:
-        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    if isinstance(last.comma, cst.Comma):
-        # A trailing comma: the new argument takes it (and the line break before ``)``).
-        new = new.with_changes(comma=last.comma)
-        last = last.with_changes(comma=separator)
-    else:
-        new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
-        last = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
-    return call.with_changes(args=[*args[:-1], last, new])
 
 
 def with_keyword_value(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:

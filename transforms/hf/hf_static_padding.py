@@ -33,7 +33,7 @@ import libcst as cst
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.hf import hf_common
-from xla_migrate.transforms.common import short
+from xla_migrate.transforms.common import short, with_keyword
 
 # Collators whose ``padding`` defaults to True (pad to the longest in the batch).
 DYNAMIC_COLLATORS = {
@@ -77,7 +77,7 @@ class HfStaticPadding(Rule):
             if not collator or hf_common.has_star_kwargs(node):
                 return
             value = cst.SimpleString('"max_length"')
-            self.replace(node, lambda updated: hf_common.with_keyword(updated, "padding", value),
+            self.replace(node, lambda updated: with_keyword(updated, "padding", value),
                          f"{short(node.func)}(...) pads to the longest in the batch by default: "
                          'added padding="max_length"')
         elif _is_dynamic(padding.value):

@@ -39,7 +39,7 @@ import libcst as cst
 from xla_migrate.syntax import patterns
 from xla_migrate.engine.rule import Rule
 from xla_migrate.transforms.hf import hf_common
-from xla_migrate.transforms.common import short
+from xla_migrate.transforms.common import short, with_keyword
 
 
 class HfXlaOptimizer(Rule):
@@ -82,7 +82,7 @@ class HfXlaOptimizer(Rule):
                 self.finding(node, f"{short(node)}: optim may come from **kwargs",
                              f'set "optim": {optim} in the keyword arguments')
                 return
-            self.replace(node, lambda updated: hf_common.with_keyword(updated, "optim", value),
+            self.replace(node, lambda updated: with_keyword(updated, "optim", value),
                          f"{short(node.func)}(...): added optim={optim}")
         elif current is None:
             self.finding(arg, f"optim={short(arg.value)} is not known to be {optim}", f"pass optim={optim}")
