@@ -45,18 +45,8 @@ print(json.dumps({"keys": [sorted(a["model"]), sorted(b["model"])], "model": max
 
 @lru_cache(maxsize=None)
 def _runs():
-    from xla_migrate import migrate
-
-    python = xp.require_env("current")
-    path = xp.runnable_path(NAME)
-    source = path.read_text()
-    result = migrate(source, target="2.9", data_parallel="spmd", path=str(path))
-    assert result.error is None, result.error
-    original = xp.run_script(python, source, f"current original {NAME}", xla=False, distributed=True)
-    migrated = xp.run_script(python, result.code, f"current spmd {NAME}", xla=True, distributed=False,
-                             extra_env={"CPU_NUM_DEVICES": str(DEVICES)}, timeout=400)
-    xp.RECORD.append(("current", f"{NAME} [2.9 spmd, {DEVICES} devices]", migrated))
-    return python, result, original, migrated
+    runs = xp.spmd_runs(NAME, DEVICES)
+    return runs.python, runs.result, runs.original, runs.migrated
 
 
 def test_the_state_apis_become_the_plain_ones():

@@ -37,19 +37,8 @@ print(max((a[k].float() - b[k].float()).abs().max().item() for k in a))
 
 @lru_cache(maxsize=None)
 def _runs():
-    from xla_migrate import migrate
-
-    python = xp.require_env("current")
-    path = xp.runnable_path(NAME)
-    source = path.read_text()
-    result = migrate(source, target="2.9", data_parallel="spmd", path=str(path))
-    assert result.error is None, result.error
-    original = xp.run_script(python, source, f"current original {NAME}", xla=False, distributed=True)
-    # No torchrun variables: the SPMD program is one process that finds its devices itself.
-    migrated = xp.run_script(python, result.code, f"current spmd {NAME}", xla=True, distributed=False,
-                             extra_env={"CPU_NUM_DEVICES": str(DEVICES)}, timeout=400)
-    xp.RECORD.append(("current", f"{NAME} [2.9 spmd, {DEVICES} devices]", migrated))
-    return python, result, original, migrated
+    runs = xp.spmd_runs(NAME, DEVICES)
+    return runs.python, runs.result, runs.original, runs.migrated
 
 
 def test_the_helper_collectives_get_their_spmd_meaning():

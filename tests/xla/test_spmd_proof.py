@@ -17,9 +17,7 @@ wrapper's parameters (each split over the 4 devices).
 
 from __future__ import annotations
 
-import tempfile
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 import xla_proof as xp
@@ -35,24 +33,8 @@ TOLERANCE = 1e-4
 
 @lru_cache(maxsize=None)
 def _runs(name: str):
-    from xla_migrate import migrate
-
-    python = xp.require_env("current")
-    path = xp.runnable_path(name)
-    source = path.read_text()
-    result = migrate(source, target="2.9", data_parallel="spmd", path=str(path))
-    assert result.error is None, result.error
-    original = xp.run_script(python, source, f"current original {name}", xla=False, distributed=True)
-    folder = Path(tempfile.mkdtemp(prefix="xla-proof-sharding-"))
-    xp.WORKDIRS.append(folder)
-    sharding = folder / "sharding.tsv"
-    # No torchrun variables: the SPMD program is one process that finds its devices itself.
-    migrated = xp.run_script(python, result.code, f"current spmd {name}", xla=True, distributed=False,
-                             extra_env={"CPU_NUM_DEVICES": str(DEVICES), "XLA_PROOF_SHARDING_FILE": str(sharding)},
-                             timeout=400)
-    xp.RECORD.append(("current", f"{name} [2.9 spmd, {DEVICES} devices]", migrated))
-    rows = [line.split("\t") for line in sharding.read_text().splitlines()] if sharding.exists() else []
-    return result, original, migrated, rows
+    runs = xp.spmd_runs(name, DEVICES, sharding=True)
+    return runs.result, runs.original, runs.migrated, runs.sharding
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

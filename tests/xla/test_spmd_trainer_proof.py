@@ -19,9 +19,7 @@ that of every parameter the root FSDPv2 wrapper holds (each split over the 4 dev
 
 from __future__ import annotations
 
-import tempfile
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 import xla_proof as xp
@@ -48,23 +46,8 @@ def without_fsdp(source: str) -> str:
 
 @lru_cache(maxsize=None)
 def _runs():
-    from xla_migrate import migrate
-
-    python = xp.require_env("hf")
-    path = xp.runnable_path(NAME)
-    source = path.read_text()
-    result = migrate(source, target="2.9", data_parallel="spmd", path=str(path))
-    assert result.error is None, result.error
-    original = xp.run_script(python, without_fsdp(source), f"hf original {NAME}", xla=False, timeout=300)
-    folder = Path(tempfile.mkdtemp(prefix="xla-proof-sharding-"))
-    xp.WORKDIRS.append(folder)
-    sharding = folder / "sharding.tsv"
-    migrated = xp.run_script(python, result.code, f"hf spmd {NAME}", xla=True, distributed=False,
-                             extra_env={"CPU_NUM_DEVICES": str(DEVICES), "XLA_PROOF_SHARDING_FILE": str(sharding)},
-                             timeout=400)
-    xp.RECORD.append(("current", f"{NAME} [2.9 spmd, {DEVICES} devices, hf env]", migrated))
-    rows = [line.split("\t") for line in sharding.read_text().splitlines()] if sharding.exists() else []
-    return result, original, migrated, rows
+    runs = xp.spmd_runs(NAME, DEVICES, env="hf", original_source=without_fsdp, sharding=True)
+    return runs.result, runs.original, runs.migrated, runs.sharding
 
 
 def test_the_trainer_gets_its_xla_fsdpv2_settings():

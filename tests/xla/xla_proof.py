@@ -242,6 +242,46 @@ def gloo_run(python: Path, source: str, label: str, world: int = 2) -> str:
     return "".join(outputs)
 
 
+@dataclass
+class SpmdRuns:
+    python: Path
+    result: object  # the migration's MigrationResult
+    original: Run
+    migrated: Run
+    sharding: list[list[str]]  # XLA_PROOF_SHARDING_FILE's rows (parameter, sharding spec, ...), when asked for
+
+
+def spmd_runs(name: str, devices: int, *, env: str = "current", original_source=None,
+              sharding: bool = False) -> SpmdRuns:
+    """The runnable fixture ``name`` migrated with ``--target 2.9 --data-parallel spmd`` and run as one process on
+    ``devices`` PJRT CPU devices (no torchrun variables: an SPMD program finds its devices itself), beside its
+    original on plain torch under torchrun's variables for one process; ``original_source(source)`` gives the
+    original another form to run in (one process, no torchrun variables: the Trainer script without its FSDP
+    arguments)."""
+    from xla_migrate import migrate
+
+    python = require_env(env)
+    path = runnable_path(name)
+    source = path.read_text()
+    result = migrate(source, target="2.9", data_parallel="spmd", path=str(path))
+    assert result.error is None, result.error
+    if original_source is None:
+        original = run_script(python, source, f"{env} original {name}", xla=False, distributed=True)
+    else:
+        original = run_script(python, original_source(source), f"{env} original {name}", xla=False, timeout=300)
+    extra_env = {"CPU_NUM_DEVICES": str(devices)}
+    if sharding:
+        folder = Path(tempfile.mkdtemp(prefix="xla-proof-sharding-"))
+        WORKDIRS.append(folder)
+        extra_env["XLA_PROOF_SHARDING_FILE"] = str(folder / "sharding.tsv")
+    migrated = run_script(python, result.code, f"{env} spmd {name}", xla=True, distributed=False,
+                          extra_env=extra_env, timeout=400)
+    RECORD.append(("current", f"{name} [2.9 spmd, {devices} devices{', hf env' if env == 'hf' else ''}]", migrated))
+    table = Path(extra_env.get("XLA_PROOF_SHARDING_FILE", "/nonexistent"))
+    rows = [line.split("\t") for line in table.read_text().splitlines()] if table.exists() else []
+    return SpmdRuns(python, result, original, migrated, rows)
+
+
 def run_script(python: Path, source: str, label: str, *, xla: bool, distributed: bool = False,
                extra_env: dict[str, str] | None = None, timeout: float = 180,
                companions: dict[str, str] | None = None) -> Run:
