@@ -128,3 +128,46 @@ def test_a_training_loop_with_backward_gets_its_barrier(target):
     code = migrate(CHUNKED.read_text(), target=target, path="train.py").code
     main = ast.unparse(_function(code, "main"))
     assert main.count(BARRIER[target]) == 1 and "optimizer_step" in main, main
+
+
+TP = REVIEW / "29-tensor-parallel-group-removed" / "infer.py"
+
+
+@BOTH
+@known_defect(29, "a DTensor tensor-parallel script loses its process group ('no process group is needed') and "
+                  "dies in init_device_mesh; only XLA900's generic 'cuda' string finding")
+def test_tensor_parallel_program_is_reported(migrated, target):
+    run = migrated("29-tensor-parallel-group-removed", target)
+    code = run.code["infer.py"]
+    kept = bool(_calls(code, "parallelize_module"))
+    reported = [n for n in run.findings["infer.py"] if n.code != "XLA900"
+                and any(w in n.message for w in ("parallelize_module", "DeviceMesh", "DTensor", "mesh"))]
+    assert not kept or reported, f"findings: {_show(run.findings['infer.py'])}"
+    group_removed = not _calls(code, "init_process_group")
+    claims = [c for c in run.changes["infer.py"] if "no process group is needed" in c.message]
+    assert not (group_removed and claims), f"changes: {_show(claims)}"
+
+
+_BROADCAST_ONLY = """\
+import torch
+import torch.distributed as dist
+
+
+def run_worker():
+    dist.init_process_group("nccl")
+    tokens = torch.randn(1, 16, device="cuda")
+    dist.broadcast(tokens, src=0)
+    print(tokens.sum().item())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run_worker()
+"""
+
+
+@BOTH
+def test_a_collective_only_script_gets_the_xla_collective(target):
+    # The control: without a mesh, the same worker's broadcast becomes xm.collective_broadcast (XLA411).
+    code = migrate(_BROADCAST_ONLY, target=target, path="infer.py").code
+    assert _calls(code, "xm.collective_broadcast") and not _calls(code, "dist.broadcast"), code
