@@ -171,3 +171,63 @@ def test_a_collective_only_script_gets_the_xla_collective(target):
     # The control: without a mesh, the same worker's broadcast becomes xm.collective_broadcast (XLA411).
     code = migrate(_BROADCAST_ONLY, target=target, path="infer.py").code
     assert _calls(code, "xm.collective_broadcast") and not _calls(code, "dist.broadcast"), code
+
+
+def _statements_before_branch(function: ast.FunctionDef) -> list[str]:
+    """The function's statements before its first `if` (what every call runs)."""
+    found = []
+    for statement in function.body:
+        if isinstance(statement, ast.If):
+            break
+        found.append(ast.unparse(statement))
+    return found
+
+
+_DEVICE_QUERIES = ("torch_xla.device()", "xm.xla_device()")
+
+
+@BOTH
+@known_defect(29, "the XLA device bound at the top of a helper that __main__ calls before the launch (the branch "
+                  "that used CUDA not taken): 'Runtime is already initialized' at the launch")
+def test_no_device_query_runs_before_the_launch(migrated, target):
+    run = migrated("29-device-hoisted-into-helper-run-before-launch", target)
+    code = run.code["train.py"]
+    early = [s for s in _statements_before_branch(_function(code, "load_pretrained"))
+             if any(q in s for q in _DEVICE_QUERIES)]
+    reported = [n for n in run.findings["train.py"] if n.line in (11, 12, 42) and n.code != "XLA103"]
+    assert not early or reported, f"run before the launch: {early}; findings: {_show(run.findings['train.py'])}"
+
+
+_DEVICE_IN_WORKER = """\
+import torch
+from torch import nn
+
+
+def build(on_gpu=True):
+    model = nn.Linear(8, 2)
+    if on_gpu:
+        model = model.cuda()
+    return model
+
+
+def main():
+    model = build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        loss = model(torch.randn(4, 8).cuda()).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@BOTH
+def test_a_helper_called_inside_main_moves_its_model(target):
+    # The control: the same helper called from main (no launcher before it) moves the model to the XLA device.
+    code = migrate(_DEVICE_IN_WORKER, target=target, path="train.py").code
+    build = ast.unparse(_function(code, "build"))
+    assert ".to(device)" in build and any(q in build for q in _DEVICE_QUERIES), build
