@@ -35,8 +35,6 @@ def _unmapped_loads(code: str) -> list[str]:
 
 
 @BOTH
-@known_defect(29, "torch.load(...)['state_dict'] into a name, and torch.load into set_peft_model_state_dict, keep "
-                  "no map_location: a CUDA run's checkpoint cannot load on the TPU host")
 def test_torch_load_subscript_into_a_name_loads_on_the_cpu(migrated, target):
     run = migrated("29-torch-load-subscript-into-name-kept", target)
     unmapped = _unmapped_loads(run.code["train.py"])

@@ -8,8 +8,9 @@ What it does:
     same function (``loc = f"cuda:{gpu}"``), the script's device variable or a ``device`` parameter
     (``map_location=device``), a device attribute or option (``self.device``, ``args.device``), or a helper
     that returns the device (``dist_util.dev()``, ``get_device()``, ``xm.xla_device()``) ->
-    ``map_location="cpu"``. When the loaded value goes into
-    ``load_state_dict`` (directly, or through the name it is assigned to) nothing else is needed: loading
+    ``map_location="cpu"``. When the loaded value (or a part of it, ``torch.load(p)["state_dict"]``) goes
+    into ``load_state_dict`` or peft's ``set_peft_model_state_dict`` (directly, or through the name it is
+    assigned to) nothing else is needed: loading
     a state dict copies each tensor onto the device of the parameter it fills. Otherwise a finding says to
     move the loaded tensors to the device. The device's string or type (``str(device)``, ``f"{device}"``,
     ``device.type``) counts as the device. Applies to every script, distributed or not.
@@ -51,6 +52,9 @@ from xla_migrate.engine.rule import ALL_TARGETS, Rule
 from xla_migrate.transforms.common import short, with_keyword
 
 LOADS = ("torch.load", "torch.serialization.load")
+# Functions that copy a state dict into a model's parameters (each onto its parameter's device).
+STATE_DICT_LOADERS = ("set_peft_model_state_dict", "set_model_state_dict", "set_optimizer_state_dict",
+                      "load_state_dict")
 # Helpers that return the process's device (guided-diffusion's dist_util.dev(), get_device()).
 DEVICE_HELPERS = ("dev", "device", "get_device", "current_device", "xla_device", "default_device")
 
@@ -175,13 +179,16 @@ class TorchLoadMapLocation(Rule):
         return False
 
     def _feeds_state_dict(self, node: cst.Call) -> bool:
+        """The loaded value, or a part of it (``torch.load(p)["state_dict"]``), goes into a state-dict loader
+        (``model.load_state_dict``, peft's ``set_peft_model_state_dict``), inline or through the name it is
+        assigned to."""
         ctx = self.ctx
-        current: cst.CSTNode | None = ctx.parent(node)
-        while isinstance(current, (cst.Arg, cst.Subscript, cst.SubscriptElement, cst.Index)):
-            current = ctx.parent(current)
-            if isinstance(current, cst.Call) and patterns.method_call(current, "load_state_dict"):
-                return True
+        if _into_state_dict(ctx, node):
+            return True
+        value: cst.CSTNode = node
         parent = ctx.parent(node)
+        while isinstance(parent, cst.Subscript) and parent.value is value:
+            value, parent = parent, ctx.parent(parent)
         if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1
                 and isinstance(parent.targets[0].target, cst.Name)):
             return False
@@ -193,12 +200,15 @@ class TorchLoadMapLocation(Rule):
                 for access in assignment.references]
         if not uses:
             uses = [access.node for access in scope.accesses[name]]
-        def into_state_dict(use: cst.CSTNode) -> bool:
-            current = ctx.parent(use)
-            while isinstance(current, (cst.Arg, cst.Subscript, cst.SubscriptElement, cst.Index)):
-                current = ctx.parent(current)
-                if isinstance(current, cst.Call) and patterns.method_call(current, "load_state_dict"):
-                    return True
-            return False
+        return any(_into_state_dict(ctx, use) for use in uses)
 
-        return bool(uses) and any(into_state_dict(u) for u in uses)
+
+def _into_state_dict(ctx, use: cst.CSTNode) -> bool:
+    """``use`` is an argument of a state-dict loader, or a part of one (``sd["model"]``)."""
+    current = ctx.parent(use)
+    while isinstance(current, (cst.Arg, cst.Subscript, cst.SubscriptElement, cst.Index)):
+        current = ctx.parent(current)
+        if isinstance(current, cst.Call) and (patterns.method_call(current, "load_state_dict") or (
+                (patterns.dotted_name(current.func) or "").rsplit(".", 1)[-1] in STATE_DICT_LOADERS)):
+            return True
+    return False
