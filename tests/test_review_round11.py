@@ -60,7 +60,6 @@ def test_torch_load_subscript_inside_load_state_dict_gets_the_cpu(target):
     assert not _unmapped_loads(code) and 'map_location="cpu"' in code, code
 
 
-FABRIC = REVIEW / "29-fabric-accelerator-name-becomes-xla" / "generate.py"
 _LIGHTNING_NAMES = {"'auto'", "'cpu'", "'tpu'"}
 
 
@@ -126,9 +125,6 @@ def test_a_training_loop_with_backward_gets_its_barrier(target):
     code = migrate(CHUNKED.read_text(), target=target, path="train.py").code
     main = ast.unparse(_function(code, "main"))
     assert main.count(BARRIER[target]) == 1 and "optimizer_step" in main, main
-
-
-TP = REVIEW / "29-tensor-parallel-group-removed" / "infer.py"
 
 
 @BOTH
