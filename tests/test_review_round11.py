@@ -240,8 +240,6 @@ def _fused_values(code: str) -> list[str]:
 
 
 @BOTH
-@known_defect(29, "{'fused': device.type == 'cuda'} passed as **kwargs becomes {'fused': True}: AdamW(fused=True) "
-                  "raises on XLA parameters (2.9.0 and 2.6.1)")
 def test_fused_flag_in_a_kwargs_dict_is_false_on_xla(migrated, target):
     run = migrated("29-fused-flag-in-kwargs-dict-made-true", target)
     values = _fused_values(run.code["train.py"])

@@ -93,8 +93,26 @@ class GateFolds:
             self.remove(parent, f"removed assert {text}: holds on XLA")
             return None
         self._done.add(node)
+        if value and self._fused_flag(node):
+            self.replace(node, _constant(False), f"{text} -> False (a fused-kernel flag: CUDA's fused optimizer "
+                         "kernels take no XLA tensors)")
+            return None
         self.replace(node, _constant(value), f"{text} -> {value} (its value on the XLA accelerator)")
         return None
+
+    def _fused_flag(self, node: cst.BaseExpression) -> bool:
+        """``{"fused": device.type == "cuda"}`` or ``make_optimizer(..., fused=<test>)``: the test asks for CUDA's
+        fused optimizer kernel (litgpt's pretrain hands the dict to AdamW through **kwargs), which raises on XLA
+        parameters; torch.optim's own ``fused=`` is XLA205's to drop."""
+        parent = self.ctx.parent(node)
+        if isinstance(parent, cst.DictElement) and parent.value is node:
+            return patterns.string_value(parent.key) == "fused"
+        if isinstance(parent, cst.Arg) and parent.value is node and parent.keyword is not None \
+                and parent.keyword.value == "fused":
+            call = self.ctx.parent(parent)
+            return isinstance(call, cst.Call) and not any(q.startswith("torch.optim.")
+                                                          for q in self.ctx.qualnames(call.func))
+        return False
 
     def _fold_backend_tests(self, choice: cst.IfExp) -> None:
         """``backend = "xla"`` (the choice just folded) bound once in a function, then ``if backend == "gloo":``:

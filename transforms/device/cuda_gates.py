@@ -26,6 +26,9 @@ What it does:
       test's ``assert model.to.call_args.args[0] == "cuda"``) is kept and reported: it checks what the code
       did, which the migration changed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
+    - A fused-kernel flag, ``{"fused": device.type == "cuda"}`` or ``make_optimizer(..., fused=<test>)`` (litgpt's
+      pretrain hands the dict to AdamW through ``**kwargs``) -> ``False``: CUDA's fused optimizer kernels
+      raise on XLA parameters (torch.optim's own ``fused=`` is XLA205's to drop).
     - ``"nccl" if torch.cuda.is_available() else "gloo"`` (a process-group backend chosen by the test) ->
       ``"xla"``: neither backend is XLA's, the choice was the accelerator's. A test of that backend in the same function
       (``if backend == "gloo":``) is then known too, and folded.
