@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from test_review_classes import BARRIER, BOTH, REVIEW, _show, known_defect, migrated  # noqa: F401
+from test_review_classes import BARRIER, BOTH, REVIEW, _show, _tree_run, known_defect, migrated  # noqa: F401
 from xla_migrate import migrate
 
 
@@ -109,8 +109,6 @@ CHUNKED = REVIEW / "30-barrier-in-chunked-loss-loop" / "train.py"
 
 
 @BOTH
-@known_defect(30, "a chunked loss's per-chunk backward loop gets a step barrier per chunk ('end of the training "
-                  "step'): 30 executions and 6 compiles for 6 steps where 6 and 1 suffice")
 def test_no_barrier_inside_a_chunked_loss_loop(migrated, target):
     run = migrated("30-barrier-in-chunked-loss-loop", target)
     code = run.code["train.py"]
@@ -267,3 +265,21 @@ def test_fused_keyword_of_the_optimizer_call_is_dropped(target):
     # The control: fused= written in the optimizer call itself is dropped by XLA205.
     code = migrate(_FUSED_KEYWORD, target=target, path="train.py").code
     assert "True" not in _fused_values(code), code
+
+
+@BOTH
+def test_no_barrier_in_a_chunked_loss_of_another_module(tmp_path, target):
+    """The loss class in its own module (torchtitan's components/loss.py), run every step by the trainer's loop in
+    another: its chunk loop is part of that step (the project index's per-step functions include a callable
+    object's ``__call__``)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    source = CHUNKED.read_text()
+    main = source.index("def main():")
+    (tree / "loss.py").write_text(source[:main].rstrip() + "\n")
+    (tree / "train.py").write_text("import torch\nfrom torch import nn\n\nfrom loss import ChunkedLoss\n\n\n"
+                                       + source[main:])
+    run = _tree_run(tree, target, tmp_path)
+    assert BARRIER[target] not in run.code["loss.py"], run.code["loss.py"]
+    assert BARRIER[target] in run.code["train.py"], run.code["train.py"]
+

@@ -141,8 +141,8 @@ def loop_model_calls(tree: ast.Module) -> tuple[tuple[int, str, str], ...]:
 
 
 def per_step_functions(index: ProjectIndex) -> dict[tuple[str, str], str]:
-    """(file, function) -> how it runs every step, for the models a loop of another module calls and what
-    their forward calls (module functions, imported project functions, methods of the class)."""
+    """(file, function) -> how it runs every step, for the models (and callable objects: a loss class's
+    ``__call__``) a loop of another module calls and what their forward calls (module functions, imported project functions, methods of the class)."""
     found: dict[tuple[str, str], str] = {}
     todo: list[tuple[str, str, str]] = []
     for rel, info in sorted(index.modules.items()):
@@ -150,7 +150,8 @@ def per_step_functions(index: ProjectIndex) -> dict[tuple[str, str], str]:
             defined = index._class_file(rel, made)
             if defined is None or defined[0] == rel:
                 continue  # a class of the loop's own module: its step model follows it
-            todo.append((defined[0], f"{defined[1]}.forward", f"the loop at {rel}:{line}: {name}(...)"))
+            for method in ("forward", "__call__"):  # a torch module's forward, or a callable object's (a loss)
+                todo.append((defined[0], f"{defined[1]}.{method}", f"the loop at {rel}:{line}: {name}(...)"))
     while todo:
         rel, qualified, how = todo.pop(0)
         info = index.modules[rel]

@@ -132,6 +132,9 @@ class StepModel(CallPaths, GradientReductions):
             else:
                 continue
             trains.append(step)
+        for step in self._parts_of_other_steps(trains):
+            trains.remove(step)
+            del self.loops[step.loop]
         for step in trains:
             for inner in step.micro_loops:
                 self.micro_of[inner] = step
@@ -153,6 +156,32 @@ class StepModel(CallPaths, GradientReductions):
                     target = self.forward_of(call)
                     if target is not None and target not in self.step_functions and target not in with_loops:
                         self.step_functions[target] = (step, event.path[: index + 1])
+
+    def _parts_of_other_steps(self, trains: list[StepLoop]) -> list[StepLoop]:
+        """Loops with a backward but no update that a stepping loop runs through its calls (torchtitan's chunked
+        cross-entropy: a backward per chunk in the loss's ``__call__``, the trainer's loop steps): part of that
+        step, recorded as its micro-step loops (no barrier of their own: one per chunk cost a graph each)."""
+        found = []
+        for step in trains:
+            if any(e.kind == STEP for e in step.events):
+                continue
+            if self._run_by_another_modules_step(step.loop):
+                found.append(step)
+                continue
+            owner = next((t for t in trains if t is not step and any(e.kind == STEP for e in t.events)
+                          and any(e.path and e.inner_loop is step.loop for e in t.events)), None)
+            if owner is not None:
+                self.micro_of[step.loop] = owner
+                found.append(step)
+        return found
+
+    def _run_by_another_modules_step(self, loop: Loop) -> bool:
+        """The loop's function is one a loop of another project module runs every step (the project index)."""
+        function = self._c.loop_function[loop]
+        if self.ctx.project is None or function is None or self._c.function_parent.get(function) is not None:
+            return False
+        owner = self._c.function_class.get(function)
+        return bool(self.ctx.project.per_step(f"{owner}.{function.name.value}" if owner else function.name.value))
 
     def _feeds_backward(self, loop: Loop) -> bool:
         """A backward pass follows the loop in its function (in the function's own code or in one it calls):
