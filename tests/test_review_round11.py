@@ -179,8 +179,6 @@ _DEVICE_QUERIES = ("torch_xla.device()", "xm.xla_device()")
 
 
 @BOTH
-@known_defect(29, "the XLA device bound at the top of a helper that __main__ calls before the launch (the branch "
-                  "that used CUDA not taken): 'Runtime is already initialized' at the launch")
 def test_no_device_query_runs_before_the_launch(migrated, target):
     run = migrated("29-device-hoisted-into-helper-run-before-launch", target)
     code = run.code["train.py"]

@@ -10,7 +10,10 @@ What it does:
     keyword arguments. An integer used as a device is CUDA device N: ``.to(0)``, ``.to(gpu_ids[0])``,
     ``.to(device=self.gpu_ids[0])``, ``.to(args.gpu)``, ``torch.device(gpu_id)`` and ``device=1`` of a torch
     call become the XLA device where they are used (the list of ids is left as it is). Where a device is needed and the script has no device variable in scope,
-    ``device = <XLA device>`` is bound once, at the top of the function (or after the imports).
+    ``device = <XLA device>`` is bound once, at the top of the function (or after the imports); in a function
+    that a launching program runs before its launch (called from the ``__main__`` block above ``mp.spawn``),
+    each use makes the device itself (``model.to(torch_xla.device())``), so the paths that never used CUDA
+    start no XLA runtime in the launcher's process.
     Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
     A user's device indexed by the process's rank (``f"{device}:{local_rank}"``, one GPU per process) is
     reported: each XLA process owns one device, index 0.

@@ -23,6 +23,7 @@ from ..syntax import patterns, walk
 from ..analysis.cuda_paths import CudaPaths, collect_cuda_paths
 from ..analysis.device_flow import DeviceFlow
 from ..analysis.facts import Facts, collect_facts
+from ..analysis.launcher_side import functions_before_launch
 from ..syntax.positions import Positions
 from ..analysis.project import ProjectFile
 from ..analysis.scopes import QualifiedNames, referent_parts, resolve_scopes
@@ -508,7 +509,7 @@ class MigrationContext:
                 return attribute
         scope = self.function_scope(node)
         anchor = self._binding_anchor(scope) if scope is not None else None
-        if scope is None or anchor is None:
+        if scope is None or anchor is None or self._before_launch(scope):
             return self.spell("device")
         name = "device"
         while name in scope:
@@ -522,6 +523,16 @@ class MigrationContext:
         change = self.record_change(code, anchor_statement, f"bound the {self.device_words} once: {name} = {value}")
         target_list.setdefault(anchor_statement, []).append((change, [statement]))
         return name
+
+    def _before_launch(self, scope: Scope) -> bool:
+        """``scope`` is a function the launcher's process runs before it starts the workers: a device bound at
+        its top would start the runtime there on every path, so each use spells the device itself (made only on
+        the paths that used CUDA, as in the original)."""
+        if not (self.import_time_device_is_lazy and isinstance(scope, FunctionScope)):
+            return False
+        before = self.once("functions_before_launch", lambda: functions_before_launch(
+            self.module, self.qualnames, self.position))
+        return scope.node in before  # type: ignore[operator]
 
     def evaluated_at_definition(self, node: cst.CSTNode) -> bool:
         """``node`` runs when its function or class is defined, at import for a module-level one: in a
