@@ -126,8 +126,6 @@ def test_a_training_loop_with_backward_gets_its_barrier(target):
 
 
 @BOTH
-@known_defect(29, "a DTensor tensor-parallel script loses its process group ('no process group is needed') and "
-                  "dies in init_device_mesh; only XLA900's generic 'cuda' string finding")
 def test_tensor_parallel_program_is_reported(migrated, target):
     run = migrated("29-tensor-parallel-group-removed", target)
     code = run.code["infer.py"]

@@ -36,6 +36,12 @@ What it does:
     the replicas goes (XLA410) and every other ``torch.distributed`` collective is reported, since its
     replicas no longer exist.
 
+    A script that shards with DTensor tensor parallelism (``parallelize_module``, ``distribute_tensor``, on an
+    ``init_device_mesh`` mesh: torchtitan's shard tests) keeps its process group in the xm form, and its mesh
+    and parallelize calls are reported (xm and ddp forms): DTensor has no torch_xla multi-process path
+    (``parallelize_module`` fails on the xla process group); the XLA way is SPMD (``xs.Mesh`` and
+    ``xs.mark_sharding``).
+
     Whatever the form, a ``world_size=`` or ``rank=`` the script computed from ``torch.cuda.device_count()``
     (``world_size = torch.cuda.device_count()``) is reported with its line: 0 on an XLA host, and the
     script's own ``batch_size // world_size`` still reads it (fix: bind it to ``xm.xrt_world_size()`` /
@@ -91,6 +97,12 @@ XLA_BACKEND = "torch_xla.distributed.xla_backend"
 # The rendezvous port of the 1.13 form (torch_xla's docs/ddp.md uses 12355): a default, so a launcher's wins.
 MASTER_PORT = "12355"
 # Other torch.distributed collectives: reported, their XLA form is an xm collective.
+# DTensor's tensor parallelism, and the meshes it runs on (FSDP2's fully_shard on a mesh is XLA415's).
+TENSOR_PARALLEL = ("torch.distributed.tensor.parallel.parallelize_module",
+                   "torch.distributed.tensor.parallel.api.parallelize_module",
+                   "torch.distributed.tensor.distribute_tensor", "torch.distributed.tensor.distribute_module",
+                   "torch.distributed._tensor.distribute_tensor", "torch.distributed._tensor.distribute_module")
+DEVICE_MESHES = ("torch.distributed.device_mesh.init_device_mesh", "torch.distributed.device_mesh.DeviceMesh")
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "reduce",
                "reduce_scatter", "gather", "scatter", "all_to_all", "send", "recv", "new_group",
                "all_gather_into_tensor", "reduce_scatter_tensor", "monitored_barrier")
@@ -109,6 +121,25 @@ class ProcessGroupToXla(Rule):
             self.finding(first, f"{short(first)}: the script is distributed, but it is migrated as a single-device "
                          "script: DDP, the process group, ranks and samplers are left as they are",
                          "migrate without --single to convert them, or remove them by hand")
+        if self.ctx.distributed and not self.ctx.spmd_form:
+            for site in self._tensor_parallel():
+                self.finding(site, f"{short(site)}: DTensor tensor parallelism (DeviceMesh, parallelize_module) has "
+                             "no torch_xla multi-process path: on the xla process group parallelize_module fails, "
+                             "and the process group stays for it",
+                             "shard with SPMD instead (xs.Mesh and xs.mark_sharding on the weights the plan splits: "
+                             "--data-parallel spmd for what the migration can do), or keep this program on CUDA")
+
+    def _tensor_parallel(self) -> list[cst.Call]:
+        """The script's DTensor tensor-parallel calls (``parallelize_module``, ``distribute_tensor``) and the
+        meshes they need (``init_device_mesh``), once per module."""
+        def find() -> list[cst.Call]:
+            ctx = self.ctx
+            calls = patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Call) and bool(
+                ctx.qualnames(n.func) & {*TENSOR_PARALLEL, *DEVICE_MESHES}))
+            if not any(ctx.qualnames(c.func) & set(TENSOR_PARALLEL) for c in calls):
+                return []
+            return calls
+        return self.ctx.once("XLA404 tensor parallel", find)  # type: ignore[return-value]
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.distributed:
@@ -135,6 +166,8 @@ class ProcessGroupToXla(Rule):
                     and all_reduce_rule.spmd_mean(ctx, node) is not None):
                 self._spmd(node, name)  # XLA410 removes a mean over the replicas
             return
+        if name in REMOVED and self._tensor_parallel():
+            return  # DTensor needs its group (and cannot run on XLA's: visit_Module reports it)
         if name in ("all_reduce", "reduce") and common.active(ctx, "XLA410"):
             if all_reduce_rule.rewritable(ctx, node) is None:
                 self._deferred.append((node, "all_reduce_kept"))  # XLA410 reports it; the group stays for it
