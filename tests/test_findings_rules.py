@@ -149,6 +149,16 @@ def test_lightning_trainer_from_configuration(target):
 
 
 @pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_lightning_accelerator_bound_to_a_cuda_name(target):
+    """Review round 11: Fabric(accelerator=accelerator) with the name bound to "cuda" under a CUDA test is reported
+    at the Fabric with the binding's line; a name bound to "tpu" is not."""
+    found, result = findings("XLA908/accelerator_bound_to_cuda.in.py", "XLA908", target)
+    assert [line for line, _ in found] == [13], found
+    assert found[0][1].startswith("Fabric(accelerator=accelerator (bound to a CUDA name at line 10)): asks"), found
+    assert 'accelerator="tpu"' in result.findings[0].fix
+
+
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
 def test_mpi_ranks(target):
     """Issue 29: the MPI import and each rank or world size read from a communicator (a name bound to
     MPI.COMM_WORLD, or COMM_WORLD itself) are reported with the XLA launchers to use."""

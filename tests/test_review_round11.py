@@ -64,8 +64,6 @@ _LIGHTNING_NAMES = {"'auto'", "'cpu'", "'tpu'"}
 
 
 @BOTH
-@known_defect(29, "Lightning's accelerator name becomes 'xla' / 'xla:0' (Lightning's XLA name is 'tpu') and "
-                  "`accelerator == 'cuda'` is folded True, keeping CUDAAccelerator.auto_device_count() (0 on XLA)")
 def test_fabric_accelerator_name_stays_a_lightning_name(migrated, target):
     run = migrated("29-fabric-accelerator-name-becomes-xla", target)
     code = run.code["generate.py"]
@@ -77,6 +75,8 @@ def test_fabric_accelerator_name_stays_a_lightning_name(migrated, target):
     reported = [n for n in run.findings["generate.py"] if n.line in range(11, 26)]
     assert names <= _LIGHTNING_NAMES or reported, f"accelerator names {names}; findings: {_show(reported)}"
     assert not counted or gated or reported, f"CUDA count kept ungated: {ast.unparse(distribute)}"
+    fabric = [n for n in run.findings["generate.py"] if n.code == "XLA908" and "line 13" in n.message]
+    assert fabric, f"no finding at the Fabric naming the accelerator's binding: {_show(run.findings['generate.py'])}"
 
 
 _TORCH_DEVICE_CHAIN = """\

@@ -69,6 +69,27 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression, at: int |
     return call.with_changes(args=[*args[:at - 1], before, new, *args[at:]])
 
 
+LIGHTNING_PACKAGES = ("pytorch_lightning", "lightning", "lightning_fabric")
+
+
+def lightning_accelerator(ctx: MigrationContext, node: cst.BaseExpression) -> bool:
+    """``accelerator`` (a name or attribute so called) in a module that imports Lightning: Lightning's accelerator
+    name (``"cuda"``, ``"gpu"``, ``"tpu"``, litgpt's LLM.distribute), not a torch device: XLA908 reports it,
+    the device rules leave it (Lightning's XLA accelerator is named ``"tpu"``, not ``"xla"``)."""
+    name = patterns.dotted_name(node)
+    if name is None or name.rsplit(".", 1)[-1] != "accelerator":
+        return False
+
+    def imports_lightning() -> bool:
+        for statement in patterns.find_all(ctx.module, lambda n: isinstance(n, (cst.Import, cst.ImportFrom))):
+            names = ([patterns.dotted_name(a.name) for a in statement.names] if isinstance(statement, cst.Import)
+                     else [patterns.dotted_name(statement.module) if statement.module is not None else None])
+            if any(n is not None and n.split(".")[0] in LIGHTNING_PACKAGES for n in names):
+                return True
+        return False
+    return bool(ctx.once("imports lightning", imports_lightning))
+
+
 def joined(args: list[cst.Arg]) -> list[cst.Arg]:
     """Args on one line, ``a, b=c``, whatever commas they carried before."""
     comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

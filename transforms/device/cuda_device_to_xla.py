@@ -14,7 +14,9 @@ What it does:
     that a launching program runs before its launch (called from the ``__main__`` block above ``mp.spawn``),
     each use makes the device itself (``model.to(torch_xla.device())``), so the paths that never used CUDA
     start no XLA runtime in the launcher's process.
-    Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605).
+    Scripts that build an ``accelerate.Accelerator`` are left to Accelerate (XLA605); in a module that imports
+    Lightning, a name called ``accelerator`` is Lightning's accelerator name, not a torch device, and stays
+    (XLA908 reports a CUDA one; Lightning's XLA accelerator is ``"tpu"``).
     A user's device indexed by the process's rank (``f"{device}:{local_rank}"``, one GPU per process) is
     reported: each XLA process owns one device, index 0.
 
@@ -40,6 +42,7 @@ import libcst as cst
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import COUNT_WORDS, is_cuda_device_expr, is_cuda_ordinal
 from xla_migrate.engine.rule import ALL_TARGETS, Rule
+from xla_migrate.transforms.common import lightning_accelerator
 
 # Names that hold one GPU's index (``model.to(args.gpu)``); the rank-named ones are XLA401's in a distributed
 # script, where it rewrites them with the ranks.
@@ -89,6 +92,8 @@ class CudaDeviceToXla(Rule):
         # `device_type = "cuda"` names a device *type* (autocast wants a string): the AMP rules handle it.
         if "type" in name.rsplit(".", 1)[-1] or not patterns.is_cuda_value(value):
             return
+        if lightning_accelerator(self.ctx, target):
+            return  # Lightning's accelerator name ("tpu" on XLA, not "xla"): XLA908 reports it
         if patterns.is_cuda_string(value):  # a plain value: it stays one, the XLA device's name
             self._to_xla_name(value, "the device's value")
             return

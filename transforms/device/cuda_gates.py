@@ -26,6 +26,8 @@ What it does:
       test's ``assert model.to.call_args.args[0] == "cuda"``) is kept and reported: it checks what the code
       did, which the migration changed.
     - ``a if torch.cuda.is_available() else b`` -> ``a``.
+    - Not folded: a comparison of Lightning's accelerator name (``accelerator == "cuda"`` in a module that imports
+      Lightning): the name stays Lightning's (XLA101), so the test keeps its meaning.
     - A fused-kernel flag, ``{"fused": device.type == "cuda"}`` or ``make_optimizer(..., fused=<test>)`` (litgpt's
       pretrain hands the dict to AdamW through ``**kwargs``) -> ``False``: CUDA's fused optimizer kernels
       raise on XLA parameters (torch.optim's own ``fused=`` is XLA205's to drop).
@@ -89,6 +91,7 @@ from xla_migrate.analysis.cuda_only import CUDA_KEYWORDS, CudaOnly
 from xla_migrate.analysis.facts import is_cuda_device_expr
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
+from xla_migrate.transforms.common import lightning_accelerator
 from xla_migrate.transforms.device.cuda_gate_folds import GateFolds
 from xla_migrate.transforms.device.cuda_gate_reports import GateReports, short as _short
 
@@ -160,6 +163,8 @@ class CudaGates(GateFolds, GateReports, Rule):
         right_cuda = patterns.is_cuda_string(target.comparator)
         if self._selects_an_implementation(node):
             return
+        if lightning_accelerator(self.ctx, target.comparator if left_cuda else node.left):
+            return  # Lightning's accelerator name: its value is Lightning's choice (XLA908), not the torch device
         if isinstance(operator, (cst.Equal, cst.NotEqual)) and left_cuda != right_cuda:
             self._gate(node, isinstance(operator, cst.Equal))
         elif isinstance(operator, (cst.In, cst.NotIn)) and left_cuda and not right_cuda:

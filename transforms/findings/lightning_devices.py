@@ -6,7 +6,8 @@ What it does:
     ``lightning_fabric``) that passes ``gpus=`` (anything but ``None`` or ``0``), ``accelerator="gpu"`` /
     ``"cuda"``, or a strategy without an XLA backend (``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_2"``, ...,
     ``DDPPlugin(...)``, ``DDPStrategy(...)``, ``FSDPStrategy(...)``, ``DeepSpeedStrategy(...)``), one finding
-    naming those arguments; a strategy object built elsewhere (``strategy = FSDPStrategy(...)``) is reported
+    naming those arguments (an ``accelerator=`` name bound to ``"cuda"``/``"gpu"`` in the function, litgpt's
+    ``LLM.distribute``, is named with the binding's line); a strategy object built elsewhere (``strategy = FSDPStrategy(...)``) is reported
     where it is built. A Trainer or Fabric built from configuration the tool cannot read (``Trainer(**cfg)``,
     ``Trainer(**asdict(cfg))``, ``hydra.utils.instantiate(cfg.trainer)``) is reported too, with the keys to
     set; a class of the same file whose field defaults ask for GPUs or a CUDA strategy (a dataclass config)
@@ -39,6 +40,7 @@ import libcst as cst
 
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
+from xla_migrate.analysis.values import bound_values
 
 _PACKAGES = ("pytorch_lightning", "lightning", "lightning_fabric")
 _ENTRIES = ("Trainer", "Fabric")
@@ -99,6 +101,12 @@ class LightningDevices(Rule):
             return f"gpus={text}"
         if keyword == "accelerator" and value in ("gpu", "cuda"):
             return f"accelerator={text}"
+        if keyword == "accelerator" and isinstance(arg.value, cst.Name):
+            # litgpt's LLM.distribute: `accelerator = "cuda"` under a CUDA test, then Fabric(accelerator=accelerator)
+            lines = [self.ctx.position(v)[0] for v in bound_values(self.ctx, arg.value)
+                     if v is not None and patterns.string_value(v) in ("gpu", "cuda")]
+            if lines:
+                return f"accelerator={text} (bound to a CUDA name at line {lines[0]})"
         if keyword in ("strategy", "plugins"):
             if value is not None and _CUDA_STRATEGY_NAME.match(value):
                 return f"{keyword}={text}"
