@@ -10,7 +10,8 @@ What it does:
     that returns the device (``dist_util.dev()``, ``get_device()``, ``xm.xla_device()``) ->
     ``map_location="cpu"``. When the loaded value (or a part of it, ``torch.load(p)["state_dict"]``) goes
     into ``load_state_dict`` or peft's ``set_peft_model_state_dict`` (directly, or through the name it is
-    assigned to) nothing else is needed: loading
+    assigned to, or returned by a loading helper whose every call does so: hifi-gan's ``load_checkpoint``)
+    nothing else is needed: loading
     a state dict copies each tensor onto the device of the parameter it fills. Otherwise a finding says to
     move the loaded tensors to the device. The device's string or type (``str(device)``, ``f"{device}"``,
     ``device.type``) counts as the device. Applies to every script, distributed or not.
@@ -71,6 +72,10 @@ class TorchLoadMapLocation(Rule):
     summary = "torch.load(..., map_location='cuda:N' / f'cuda:{rank}') -> map_location='cpu'"
     targets = (*ALL_TARGETS, "torchtpu")  # TorchTPU checkpoints load on the CPU too
     on_xla_code = True  # CUDA remnants in code that already runs on XLA are migrated too
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._following: set[cst.FunctionDef] = set()  # loading helpers whose callers are being followed
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.ctx.is_call_to(node, *LOADS):
@@ -200,7 +205,30 @@ class TorchLoadMapLocation(Rule):
                 for access in assignment.references]
         if not uses:
             uses = [access.node for access in scope.accesses[name]]
-        return any(_into_state_dict(ctx, use) for use in uses)
+        return any(_into_state_dict(ctx, use) or self._returned_into_state_dict(use) for use in uses)
+
+    def _returned_into_state_dict(self, use: cst.CSTNode) -> bool:
+        """``return checkpoint_dict`` from a loading helper (hifi-gan's ``load_checkpoint(path, device)``) whose
+        every call in the module goes into a state-dict loader, as ``sd = load_checkpoint(...)`` then
+        ``model.load_state_dict(sd["generator"])``."""
+        ctx = self.ctx
+        if not isinstance(ctx.parent(use), cst.Return):
+            return False
+        function = ctx.parent(use)
+        while function is not None and not isinstance(function, cst.FunctionDef):
+            function = ctx.parent(function)
+        if function is None:
+            return False
+        if function in self._following:
+            return False  # a helper that returns its own call's value
+        self._following.add(function)
+        name = function.name.value
+        calls = patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+                                  and n.func.value == name)
+        try:
+            return bool(calls) and all(self._feeds_state_dict(call) for call in calls)
+        finally:
+            self._following.discard(function)
 
 
 def _into_state_dict(ctx, use: cst.CSTNode) -> bool:
