@@ -538,6 +538,30 @@ def test_the_group_stays_for_a_collective_of_another_module(tmp_path):
     assert any("builder.py:6 dist.all_gather_object(names, name)" in f.message for f in main.findings)
 
 
+@pytest.mark.parametrize("target", ["sagemaker", "2.9"])
+def test_an_object_collective_is_told_to_run_on_a_gloo_group(target):
+    """Review round 11: the xla backend refuses the object collectives (their objects are pickled into CPU tensors:
+    "Expected XLA tensor" on torch_xla 2.9.0): the finding says so and gives the gloo group's workaround."""
+    source = textwrap.dedent('''\
+        import torch.distributed as dist
+
+
+        def main():
+            dist.init_process_group("nccl")
+            names = [None] * dist.get_world_size()
+            dist.all_gather_object(names, "me")
+            print(names)
+
+
+        if __name__ == "__main__":
+            main()
+        ''')
+    result = migrate(source, target=target, data_parallel="xm")
+    notes = [f for f in result.findings if "all_gather_object" in f.message]
+    assert notes and "it raises there" in notes[0].message and 'new_group(backend="gloo")' in notes[0].message, \
+        [f.message for f in result.findings]
+
+
 def test_nothing_reads_the_xla_runtime_before_the_spawn():
     source = textwrap.dedent('''\
         import os
