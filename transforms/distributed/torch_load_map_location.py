@@ -101,14 +101,14 @@ class TorchLoadMapLocation(Rule):
         positional = patterns.positional(node)
         if self.ctx.facts.runs_on_xla or any(arg.star for arg in node.args) or not positional:
             return
-        moved = not self._feeds_state_dict(node)
-        if moved and not self._models_moved_after(node):
+        whole_models = not self._feeds_state_dict(node)
+        if whole_models and not self._models_moved_after(node):
             # A whole pickled module or tensor used as loaded: the program's own torch.save(model) of XLA tensors
             # loads back onto the device (TCN's word_cnn_test.py); on the CPU it would meet XLA inputs.
             return
         at = [i for i, arg in enumerate(node.args) if arg is positional[0]][0] + 1
         cpu = cst.SimpleString('"cpu"')
-        then = ("the program's .to(device) moves the models it holds" if moved else
+        then = ("the program's .to(device) moves the models it holds" if whole_models else
                 "load_state_dict puts its tensors on the XLA device")
         self.replace(node, lambda updated: with_keyword(updated, "map_location", cpu, at),
                      f"{short(node)}: map_location=\"cpu\" added (a checkpoint a CUDA run saved "

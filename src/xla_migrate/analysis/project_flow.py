@@ -142,7 +142,8 @@ def loop_model_calls(tree: ast.Module) -> tuple[tuple[int, str, str], ...]:
 
 def per_step_functions(index: ProjectIndex) -> dict[tuple[str, str], str]:
     """(file, function) -> how it runs every step, for the models (and callable objects: a loss class's
-    ``__call__``) a loop of another module calls and what their forward calls (module functions, imported project functions, methods of the class)."""
+    ``__call__``) a loop of another module calls and what their forward calls (module functions, imported
+    project functions, methods of the class)."""
     found: dict[tuple[str, str], str] = {}
     todo: list[tuple[str, str, str]] = []
     for rel, info in sorted(index.modules.items()):

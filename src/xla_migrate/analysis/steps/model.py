@@ -66,6 +66,7 @@ class StepModel(CallPaths, GradientReductions):
         self._module_classes = not_steps.module_classes(ctx, collector.classes)
         self._import_time = not_steps.import_time_module(ctx)
         self._fabric_updates: tuple[int, dict[int, cst.CSTNode]] | None = None
+        self._submodule_forwards: set[cst.CSTNode] = set()  # submodule calls counted as forwards (decode loops)
         self._submodule_calls_run_forward()
         self._classify()
         self._tensor_names: dict[object, set[str]] = {}
@@ -89,7 +90,6 @@ class StepModel(CallPaths, GradientReductions):
         is an evaluation step like one calling ``decoder(...)`` (issue 30: its reads were left unreported)."""
         submodules = {attribute for (owner, attribute), held in self._c.self_instances.items()
                       if owner in self._module_classes and held[:1].isupper()}
-        self._submodule_forwards: set[cst.CSTNode] = set()
         if not submodules:
             return
         for raws in self._c.raw.values():
