@@ -341,3 +341,22 @@ def test_read_in_an_evaluation_loop_of_a_training_script_is_handled(target):
     result = migrate(_EVAL_LOOP_READ, target=target, path="train.py")
     summed = "total += model(x.to(device)).pow(2).mean().detach()" in result.code
     assert summed or [f for f in result.findings if f.code == "XLA311" and f.line == 20], result.code
+
+
+@BOTH
+def test_decode_loop_over_a_model_class_of_another_module(tmp_path, target):
+    """Image captioning's eval.py: the decoder's class lives in models.py (and the beam's width is a host number,
+    ``k -= len(done)``, not a tensor test): the decode loop is still an evaluation loop, from the project's
+    classes' submodules."""
+    source = (REVIEW / "30-inference-decode-loop-reads-unreported" / "evaluate.py").read_text()
+    start, end = source.index("class Decoder"), source.index("def greedy(")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "models.py").write_text("from torch import nn\n\nVOCAB = 32\n\n\n" + source[start:end].rstrip() + "\n")
+    (tree / "evaluate.py").write_text(source[:start].replace("END, START, VOCAB = 1, 0, 32", "END, START = 1, 0")
+                                      + "from models import Decoder\n\n\n" + source[end:].replace(
+        "        if not alive:\n", "        width = 4\n        width -= len(alive)\n        if width == 0:\n"))
+    run = _tree_run(tree, target, tmp_path)
+    notes = run.findings["evaluate.py"]
+    assert [n for n in notes if n.code == "XLA311" and "decode loop" in n.message], _show(notes)
+    assert not [n for n in notes if "width" in n.message], _show(notes)

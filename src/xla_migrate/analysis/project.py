@@ -100,6 +100,9 @@ class ModuleInfo:
     abstract: tuple[str, ...] = ()
     # a word of CUDA or device placement anywhere in it (cpu_programs.PLACEMENT); unknown: True
     placed: bool = True
+    # attributes its classes set to objects of classes (``self.cell = nn.GRUCell(...)``): the submodules a
+    # decode loop of another module may call one by one (``decoder.cell(...)``, issue 30)
+    submodules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -328,6 +331,10 @@ class ProjectIndex:
             if found is not None:
                 return found
         return None
+
+    def submodule_attributes(self) -> frozenset[str]:
+        """Every attribute a class of the project sets to an object of a class (``self.cell = nn.GRUCell(...)``)."""
+        return frozenset(a for info in self.modules.values() for a in info.submodules)
 
     def per_step(self, rel: str, qualified: str) -> str | None:
         """How a loop of another module runs the function ``qualified`` of ``rel`` every step ("the loop at
@@ -567,6 +574,7 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
     torch_program = b"torch" in data
     distributed: list[tuple[int, str]] = []
     instances: list[tuple[str, str]] = []
+    submodules: list[str] = []
     for node in walk_ast(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
             _imports_of(node, package, imports)
@@ -591,13 +599,16 @@ def _index_module(rel: str, data: bytes) -> ModuleInfo:
                     target.attr if isinstance(target, ast.Attribute) else None)
                 if bound is not None:
                     instances.append((bound, made))
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+                        target.value.id == "self":
+                    submodules.append(target.attr)
     reads_through_own_calls(reads, calls_of)
     return ModuleInfo(rel, name, imports, main_block, launcher, helpers, tuple(sorted(set(distributed))),
                       tuple(saves), tuple(dict.fromkeys(instances)), tuple(classes), read_helpers=reads,
                       ties=ties, loop_models=loop_model_calls(tree), calls=calls_of,
                       random_slices=random_slice_helpers(tree), mask_indexes=mask_index_helpers(tree), bases=bases,
                       abstract=tuple(abstract), offset_slices=_offset_slice_helpers(tree),
-                      device_returns=_device_returns(tree))
+                      device_returns=_device_returns(tree), submodules=tuple(dict.fromkeys(submodules)))
 
 
 def _offset_slice_helpers(tree: ast.Module) -> dict[str, tuple[int, int, int, str]]:

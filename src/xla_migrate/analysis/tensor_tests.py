@@ -124,12 +124,23 @@ def torch_bound_names(ctx: MigrationContext, region: Region) -> set[str]:
             names = {n.value for n in patterns.find_all(target, lambda n: isinstance(n, cst.Name))} - found
             if not names or not isinstance(target, (cst.Name, cst.Tuple)) or reads(ctx, value, set()):
                 continue
+            if _length_arithmetic(ctx, value):
+                continue  # ``k -= len(done)``: a beam's width, a host number whatever it counts
             finder = _TensorParts(ctx, found)
             value.visit(finder)
             if finder.found or mentions(value, found):
                 found |= names
                 changed = True
     return found
+
+
+def _length_arithmetic(ctx: MigrationContext, value: cst.BaseExpression) -> bool:
+    """``len(x)``, ``2 * len(x) + 1``: a number on the host (a length is known without running the graph)."""
+    if isinstance(value, cst.Integer):
+        return True
+    if isinstance(value, cst.BinaryOperation):
+        return _length_arithmetic(ctx, value.left) and _length_arithmetic(ctx, value.right)
+    return isinstance(value, cst.Call) and "builtins.len" in ctx.qualnames(value.func)
 
 
 _HOST_RESULTS = ("builtins.float", "builtins.int", "builtins.len", "builtins.round", "builtins.min", "builtins.max",

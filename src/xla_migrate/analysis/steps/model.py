@@ -90,6 +90,8 @@ class StepModel(CallPaths, GradientReductions):
         is an evaluation step like one calling ``decoder(...)`` (issue 30: its reads were left unreported)."""
         submodules = {attribute for (owner, attribute), held in self._c.self_instances.items()
                       if owner in self._module_classes and held[:1].isupper()}
+        if self.ctx.project is not None:  # a model class of another module (image captioning's models.py)
+            submodules |= self.ctx.project.index.submodule_attributes()
         if not submodules:
             return
         for raws in self._c.raw.values():
