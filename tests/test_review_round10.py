@@ -16,7 +16,7 @@ import ast
 
 import pytest
 
-from test_review_classes import BOTH, REVIEW, _show, _tree_run, known_defect, migrated  # noqa: F401
+from test_review_classes import BARRIER, BOTH, REVIEW, _show, _tree_run, known_defect, migrated  # noqa: F401
 from xla_migrate import migrate
 
 
@@ -281,11 +281,17 @@ def test_engine_beside_its_entry_keeps_ddp_step(target, tmp_path):
 def test_decode_loop_reads_are_reported(migrated, target):
     run = migrated("30-inference-decode-loop-reads-unreported", target)
     notes = run.findings["evaluate.py"]
-    read = [n for n in notes if n.code == "XLA311" and n.line == 24]
-    assert read and "every token of the decode loop at line 21" in read[0].message, _show(notes)
+    # The barrier goes right before the token read (one graph per token, the read then copies a computed value);
+    # the element-wise test of the device tensor after it is reported: a sync per element.
+    lines = run.code["evaluate.py"].splitlines()
+    read_at = next(i for i, line in enumerate(lines) if "words.append(tokens.tolist())" in line)
+    assert lines[read_at - 1].strip() == BARRIER[target], "\n".join(lines[read_at - 3:read_at + 1])
+    each = [n for n in notes if n.code == "XLA311" and n.line == 25]
+    assert each and "every token of the decode loop at line 21" in each[0].message, _show(notes)
+    assert "each element of a device tensor" in each[0].message, _show(notes)
     code = (REVIEW / "30-inference-decode-loop-reads-unreported" / "evaluate.py").read_text()
-    fixes = {f.code: f.fix for f in migrate(code, target=target).findings if f.line in (24, 28)}
-    assert "torch.where(done" in fixes["XLA311"] and "torch.where(done" in fixes["XLA312"], fixes
+    fixes = {f.code: f.fix for f in migrate(code, target=target).findings if f.line in (25, 28)}
+    assert "tokens != END" in fixes["XLA311"] and "torch.where(done" in fixes["XLA312"], fixes
     shrink = [n for n in notes if n.code == "XLA312" and n.line == 28]
     assert shrink and "as rows finish" in shrink[0].message, _show(notes)
 

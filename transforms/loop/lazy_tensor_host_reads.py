@@ -44,7 +44,9 @@ What it does:
     submodules one by one (``h = decoder.cell(decoder.embed(tokens), h)``, ``decoder.out(h).argmax(1)``, with
     ``self.cell = nn.GRUCell(...)`` in the module's class) is an evaluation loop: its reads say ``every token
     of the decode loop at line N`` and the fix keeps the batch fixed, masks the finished rows
-    (``torch.where(done, END, tokens)``) and reads the tokens once after the loop.
+    (``torch.where(done, END, tokens)``) and reads the tokens once after the loop. A comprehension that tests
+    each element of a device tensor (``[i for i, t in zip(alive, tokens) if t != END]``) is a sync per element:
+    reported, with the fix to compare on the device and read the mask once.
 
     Not reads (issue 33): a tensor built on the CPU (a torch factory without ``device=``, ``losses =
     torch.zeros(eval_iters)`` filled with ``.item()``), what is computed from it without a move
@@ -96,6 +98,8 @@ FOREIGN = ("keep the value on the device (masks from the lengths, a fixed maximu
 ROLLOUT = ("the read is needed (the environment runs on the host): act with a CPU copy of the policy (load its "
            "state_dict after each update) so the rollout runs no device graph, or step more environments at once "
            "(a vectorized env) so each read serves a whole batch")
+ELEMENTS = ("compare on the device and read once: keep = (tokens != END) as a mask (torch.where on it), or read "
+            "keep.tolist() once instead of testing each element")
 CONTROL = "decide from a value read every N steps (or after the loop), not every step"
 CHECK = ("move the check with what it reports into a function run by xm.add_step_closure (it runs once the step's "
          "graph has run), or drop it, or check the batch on the CPU before it moves to the device")
@@ -384,6 +388,36 @@ class LazyTensorHostReads(Rule):
 
     def visit_If(self, node: cst.If) -> None:
         self._condition(node)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        """``[i for i, t in zip(alive, tokens) if t != END]``: the comprehension tests each element of a device
+        tensor, a device sync per element (a decode loop's finished rows)."""
+        if not node.ifs or not isinstance(node.target, (cst.Name, cst.Tuple)):
+            return
+        region = self._first_region(node.iter)
+        if region is None:
+            return
+        ctx = self.ctx
+        names = (ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)) - \
+            tensor_tests.host_bound_names(ctx, region) - self._cpu_names(region)
+        iterated = patterns.positional(node.iter) if isinstance(node.iter, cst.Call) and ctx.is_call_to(
+            node.iter, "builtins.zip", "builtins.enumerate") else []
+        if not any(steps.mentions(part.value, names) for part in iterated) and not (
+                isinstance(node.iter, cst.Name) and node.iter.value in names):
+            return
+        elements = {n.value for n in patterns.find_all(node.target, lambda n: isinstance(n, cst.Name))}
+        tested = [test for test in node.ifs if steps.mentions(test.test, elements)]
+        if tested:
+            every, where = self._every(node, region)
+            self.finding(tested[0].test, f"{short(tested[0].test)}{where}: a test of each element of a device "
+                         f"tensor ({short(node.iter)}): a device sync per element, {every}", ELEMENTS)
+
+    def _first_region(self, node: cst.CSTNode) -> Region | None:
+        for inner in patterns.find_all(node, lambda n: isinstance(n, (cst.Call, cst.Subscript, cst.Name))):
+            region = self.ctx.steps.region(inner) or self.ctx.steps.called_region(inner)
+            if region is not None:
+                return region
+        return None
 
     def visit_While(self, node: cst.While) -> None:
         self._condition(node)

@@ -691,8 +691,9 @@ class StepModel(CallPaths, GradientReductions):
             callee = (patterns.dotted_name(value.func) or "").rsplit(".", 1)[-1].lower()
             if any(word in callee for word in _TENSOR_CALLEES):
                 return True
-        # ``(model(x) - y).pow(2).mean()``: computed from a model's output.
-        if patterns.find_all(value, lambda n: isinstance(n, cst.Call) and is_model_call(n, self.ctx)):
+        # ``(model(x) - y).pow(2).mean()``: computed from a model's output (or a submodule's: a decode loop).
+        if patterns.find_all(value, lambda n: isinstance(n, cst.Call) and (
+                is_model_call(n, self.ctx) or n in self._submodule_forwards)):
             return True
         return bool(mentions(value, names))
 
