@@ -230,12 +230,11 @@ def before_launch(ctx: MigrationContext, node: cst.CSTNode) -> bool:
 
 def _launches(ctx: MigrationContext) -> dict[cst.FunctionDef | None, list[cst.Call]]:
     if ctx not in _LAUNCHES:
-        from xla_migrate.analysis.facts import MP_SPAWN
-        from xla_migrate.transforms.distributed.spawn_entry_point import LAUNCHERS
+        from xla_migrate.analysis.launcher_side import LAUNCH_CALLS
 
         found: dict[cst.FunctionDef | None, list[cst.Call]] = {}
         for call in patterns.find_all(ctx.module, lambda n: isinstance(n, cst.Call) and bool(
-                ctx.qualnames(n.func) & {*MP_SPAWN, *LAUNCHERS})):
+                ctx.qualnames(n.func) & LAUNCH_CALLS)):
             found.setdefault(_function_of(ctx, call), []).append(call)
         _LAUNCHES[ctx] = found
     return _LAUNCHES[ctx]

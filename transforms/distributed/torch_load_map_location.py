@@ -45,6 +45,7 @@ Use instead:
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import Scope
 
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis.facts import is_cuda_device_expr, is_xla_device_expr
@@ -119,15 +120,12 @@ class TorchLoadMapLocation(Rule):
         decoder.to(device)``: whole pickled models read out of the checkpoint, each moved to the device before
         use (image captioning's eval.py), so loading them on the CPU changes nothing on XLA. Every model read out
         of it must be moved: one used as loaded stays where it was saved (TCN's own XLA save)."""
-        parent = self.ctx.parent(node)
-        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1
-                and isinstance(parent.targets[0].target, cst.Name)):
+        bound = self._bound_name(self.ctx.parent(node))
+        if bound is None:
             return False
-        scope = self.ctx.scopes.get(parent.targets[0].target)
-        if scope is None:
-            return False
+        target, scope = bound
         pulled = set()
-        for access in scope.accesses[parent.targets[0].target.value]:
+        for access in scope.accesses[target.value]:
             subscript = self.ctx.parent(access.node)
             assign = self.ctx.parent(subscript) if isinstance(subscript, cst.Subscript) else None
             if (isinstance(assign, cst.Assign) and assign.value is subscript and len(assign.targets) == 1
@@ -194,18 +192,24 @@ class TorchLoadMapLocation(Rule):
         parent = ctx.parent(node)
         while isinstance(parent, cst.Subscript) and parent.value is value:
             value, parent = parent, ctx.parent(parent)
-        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1
-                and isinstance(parent.targets[0].target, cst.Name)):
+        bound = self._bound_name(parent)
+        if bound is None:
             return False
-        name = parent.targets[0].target.value
-        scope = ctx.scopes.get(parent.targets[0].target)
-        if scope is None:
-            return False
-        uses = [access.node for assignment in scope.assignments[name] if assignment.node is parent.targets[0].target
+        target, scope = bound
+        uses = [access.node for assignment in scope.assignments[target.value] if assignment.node is target
                 for access in assignment.references]
         if not uses:
-            uses = [access.node for access in scope.accesses[name]]
+            uses = [access.node for access in scope.accesses[target.value]]
         return any(_into_state_dict(ctx, use) or self._returned_into_state_dict(use) for use in uses)
+
+    def _bound_name(self, statement: cst.CSTNode | None) -> tuple[cst.Name, Scope] | None:
+        """``name = <value>``: the name and the scope it is bound in (None for any other statement)."""
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name)):
+            return None
+        target = statement.targets[0].target
+        scope = self.ctx.scopes.get(target)
+        return (target, scope) if scope is not None else None
 
     def _returned_into_state_dict(self, use: cst.CSTNode) -> bool:
         """``return checkpoint_dict`` from a loading helper (hifi-gan's ``load_checkpoint(path, device)``) whose

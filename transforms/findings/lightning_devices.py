@@ -7,8 +7,8 @@ What it does:
     ``"cuda"``, or a strategy without an XLA backend (``"ddp"``, ``"fsdp"``, ``"deepspeed_stage_2"``, ...,
     ``DDPPlugin(...)``, ``DDPStrategy(...)``, ``FSDPStrategy(...)``, ``DeepSpeedStrategy(...)``), one finding
     naming those arguments (an ``accelerator=`` name bound to ``"cuda"``/``"gpu"`` in the function, litgpt's
-    ``LLM.distribute``, is named with the binding's line); a strategy object built elsewhere (``strategy = FSDPStrategy(...)``) is reported
-    where it is built. A Trainer or Fabric built from configuration the tool cannot read (``Trainer(**cfg)``,
+    ``LLM.distribute``, is named with the binding's line); a strategy object built elsewhere (``strategy =
+    FSDPStrategy(...)``) is reported where it is built. A Trainer or Fabric built from configuration the tool cannot read (``Trainer(**cfg)``,
     ``Trainer(**asdict(cfg))``, ``hydra.utils.instantiate(cfg.trainer)``) is reported too, with the keys to
     set; a class of the same file whose field defaults ask for GPUs or a CUDA strategy (a dataclass config)
     is named in that finding. Nothing is rewritten: Lightning owns the device, the launch and the gradient
@@ -41,8 +41,8 @@ import libcst as cst
 from xla_migrate.engine.rule import Rule
 from xla_migrate.syntax import patterns
 from xla_migrate.analysis.values import bound_values
+from xla_migrate.transforms.common import LIGHTNING_PACKAGES
 
-_PACKAGES = ("pytorch_lightning", "lightning", "lightning_fabric")
 _ENTRIES = ("Trainer", "Fabric")
 # Strategy classes and names that need CUDA (NCCL DDP, torch FSDP, DeepSpeed, DataParallel, Horovod); Lightning's
 # XLA ones (XLAStrategy, XLAFSDPStrategy, "xla", "xla_fsdp", TPUSpawnPlugin) do not match.
@@ -60,7 +60,7 @@ _FROM_CONFIG_FIX = ("make the configuration ask for Lightning's XLA accelerator:
 def _lightning(names: frozenset[str], wanted) -> str | None:
     """The last part of a Lightning qualified name that ``wanted`` accepts, else None."""
     for name in sorted(names):
-        if name.split(".")[0] in _PACKAGES and wanted(name.rsplit(".", 1)[-1]):
+        if name.split(".")[0] in LIGHTNING_PACKAGES and wanted(name.rsplit(".", 1)[-1]):
             return name.rsplit(".", 1)[-1]
     return None
 

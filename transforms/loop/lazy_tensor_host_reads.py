@@ -343,8 +343,7 @@ class LazyTensorHostReads(Rule):
             return
         if ctx.steps.moves_read(node) or self._runs_once(node.test, region):
             return
-        names = (ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)) - \
-            tensor_tests.host_bound_names(ctx, region) - self._cpu_names(region)
+        names = self._device_names(region)
         # Explicit reads (``.item()``), or a test of a tensor: not its identity or a membership without one.
         if steps.reads(ctx, node.test, set()) or tensor_tests.tensor_valued(ctx, node.test, names,
                                                                             self._batches(region)):
@@ -380,7 +379,11 @@ class LazyTensorHostReads(Rule):
 
     def _assert_region(self, node: cst.Assert) -> Region | None:
         """An assert is not a node the step model marks: its test's first call or subscript is."""
-        for inner in patterns.find_all(node.test, lambda n: isinstance(n, (cst.Call, cst.Subscript))):
+        return self._first_region(node.test, (cst.Call, cst.Subscript))
+
+    def _first_region(self, tree: cst.CSTNode, kinds: tuple[type, ...]) -> Region | None:
+        """The region of the first node of ``kinds`` in ``tree`` that the step model places in one."""
+        for inner in patterns.find_all(tree, lambda n: isinstance(n, kinds)):
             region = self.ctx.steps.region(inner) or self.ctx.steps.called_region(inner)
             if region is not None:
                 return region
@@ -394,12 +397,11 @@ class LazyTensorHostReads(Rule):
         tensor, a device sync per element (a decode loop's finished rows)."""
         if not node.ifs or not isinstance(node.target, (cst.Name, cst.Tuple)):
             return
-        region = self._first_region(node.iter)
+        region = self._first_region(node.iter, (cst.Call, cst.Subscript, cst.Name))
         if region is None:
             return
         ctx = self.ctx
-        names = (ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)) - \
-            tensor_tests.host_bound_names(ctx, region) - self._cpu_names(region)
+        names = self._device_names(region)
         iterated = patterns.positional(node.iter) if isinstance(node.iter, cst.Call) and ctx.is_call_to(
             node.iter, "builtins.zip", "builtins.enumerate") else []
         if not any(steps.mentions(part.value, names) for part in iterated) and not (
@@ -412,12 +414,11 @@ class LazyTensorHostReads(Rule):
             self.finding(tested[0].test, f"{short(tested[0].test)}{where}: a test of each element of a device "
                          f"tensor ({short(node.iter)}): a device sync per element, {every}", ELEMENTS)
 
-    def _first_region(self, node: cst.CSTNode) -> Region | None:
-        for inner in patterns.find_all(node, lambda n: isinstance(n, (cst.Call, cst.Subscript, cst.Name))):
-            region = self.ctx.steps.region(inner) or self.ctx.steps.called_region(inner)
-            if region is not None:
-                return region
-        return None
+    def _device_names(self, region: Region) -> set[str]:
+        """Names that hold device tensors where the region runs: a test of one reads it to the host."""
+        ctx = self.ctx
+        return (ctx.steps.tensor_names(region) | tensor_tests.torch_bound_names(ctx, region)) - \
+            tensor_tests.host_bound_names(ctx, region) - self._cpu_names(region)
 
     def visit_While(self, node: cst.While) -> None:
         self._condition(node)

@@ -119,6 +119,8 @@ class ProjectIndex:
     _instance_classes: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
     # (file, function) -> how a loop of another module runs it every step; filled on first use
     _per_step: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
+    # the attributes every class of the project sets to objects (submodule_attributes); filled on first use
+    _submodules: list[frozenset[str]] = field(default_factory=list, repr=False, compare=False)
     # method name -> the classes of the project that define it, as (file, "Class.method"); filled on first use
     _method_owners: dict[str, list[tuple[str, str]]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -334,7 +336,9 @@ class ProjectIndex:
 
     def submodule_attributes(self) -> frozenset[str]:
         """Every attribute a class of the project sets to an object of a class (``self.cell = nn.GRUCell(...)``)."""
-        return frozenset(a for info in self.modules.values() for a in info.submodules)
+        if not self._submodules:
+            self._submodules.append(frozenset(a for info in self.modules.values() for a in info.submodules))
+        return self._submodules[0]
 
     def per_step(self, rel: str, qualified: str) -> str | None:
         """How a loop of another module runs the function ``qualified`` of ``rel`` every step ("the loop at
